@@ -1,0 +1,22 @@
+"""rlpt environments: procedurally generated, verifiable text domains for RL post-training.
+
+Importing this package registers every domain with `gymnasium.register`:
+
+    import gymnasium, environments
+    env = gymnasium.make("rlpt/math-add-easy-v0")
+    prompt, info = env.reset(seed=0, options={"split": "train"})
+    _, reward, terminated, truncated, info = env.step(info["demonstration"])  # reward 1.0
+
+Pure Python + numpy + gymnasium; never imports JAX. See `environments.env`
+for the episode protocol, `environments.registry` for discovery/filtering, and
+`environments.sandbox` for how model-written code is executed.
+"""
+
+from environments import registry
+from environments.env import TaskEnv
+from environments.spaces import AnyText
+from environments.verdicts import Grade, Task, Verdict
+
+from environments import families  # noqa: E402,F401  (registers every domain)
+
+__all__ = ["AnyText", "Grade", "Task", "TaskEnv", "Verdict", "registry"]

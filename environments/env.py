@@ -1,0 +1,139 @@
+"""`TaskEnv`: the gymnasium environment shared by every registered domain.
+
+Episode protocol (text in, text out):
+
+* `reset(seed, options={"split": "train"|"eval"})` -> (prompt, info) with
+  info = {"domain", "task_id", "demonstration"}; deterministic in (seed, split).
+* `step(answer)` -> (obs, reward, terminated, truncated, info) with
+  info = {"verdict", "success", "feedback", "infra_error", "domain", "attempt"}.
+
+Single-turn (`max_attempts=1`, the default): every step terminates.
+Multi-turn (`gymnasium.make(id, max_attempts=k)`): a failed attempt with attempts
+left returns terminated=False, truncated=False and an observation holding the
+feedback plus a cue for the next attempt, to be appended to the conversation.
+Success terminates. Running out of attempts truncates (the task was not
+solved; the episode was cut by the attempt budget). A SANDBOX_ERROR also
+truncates: the infrastructure failed, so the episode ends without a terminal
+outcome and the trainer masks it (`info["infra_error"]`).
+
+Actions may be `str` or `bytes` (a byte-level model's raw output). Invalid
+UTF-8, lone surrogates, empty or over-long answers are graded MALFORMED here,
+before any domain code runs, so verifiers only ever see bounded valid text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+
+from environments import registry, splits
+from environments.spaces import AnyText
+from environments.verdicts import Grade, Task, Verdict, malformed
+
+# Feedback text is cut to this many characters before it reaches the model.
+FEEDBACK_MAX_CHARS = 256
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class TaskEnv(gymnasium.Env[str, str]):
+    """Text environment for one registered domain. See the module docstring."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, domain_id: str, max_attempts: int = 1) -> None:
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        self._domain = registry.domain(domain_id)
+        self.domain_spec = self._domain.spec
+        self.max_attempts = max_attempts
+        obs_chars = self.domain_spec.max_prompt_chars
+        if max_attempts > 1:
+            # Feedback observation: "\n<VERDICT>: <feedback>\n<retry cue>".
+            obs_chars = max(obs_chars, FEEDBACK_MAX_CHARS + 32 + self.domain_spec.max_prompt_chars)
+        self.observation_space = AnyText(obs_chars)
+        self.action_space = AnyText(self.domain_spec.max_answer_chars)
+        self._task: Task | None = None
+        self._attempt = 0
+        self._done = False
+
+    @property
+    def task(self) -> Task | None:
+        """The current task (hidden grading data included); None before reset."""
+        return self._task
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        split = splits.check_split(options.pop("split", "train"))
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}; allowed: ['split']")
+        self._task = splits.draw(self._domain, self.np_random, split)
+        self._attempt = 0
+        self._done = False
+        info = {
+            "domain": self.domain_spec.id,
+            "task_id": splits.task_id(self._task.key),
+            "demonstration": self._task.demonstration,
+        }
+        return self._task.prompt, info
+
+    def step(self, action: str | bytes) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None:
+            raise RuntimeError(f"{self.domain_spec.id}: step() called before reset()")
+        if self._done:
+            raise RuntimeError(f"{self.domain_spec.id}: step() called after the episode ended; call reset()")
+        answer = self._decode(action)
+        grade = answer if isinstance(answer, Grade) else self._domain.grade(self._task, answer)
+        self._attempt += 1
+
+        terminated = truncated = False
+        if self.max_attempts == 1 or grade.success:
+            terminated = True
+        elif grade.infra_error or self._attempt >= self.max_attempts:
+            truncated = True
+        self._done = terminated or truncated
+
+        feedback = _truncate(grade.feedback, FEEDBACK_MAX_CHARS)
+        obs = f"\n{grade.verdict.value}: {feedback}\n{self._retry_cue()}" if not grade.success else ""
+        info = {
+            "verdict": grade.verdict.value,
+            "success": grade.success,
+            "feedback": feedback,
+            "infra_error": grade.infra_error,
+            "domain": self.domain_spec.id,
+            "attempt": self._attempt,
+        }
+        return _truncate(obs, self.observation_space.max_length), float(grade.reward), terminated, truncated, info
+
+    def _retry_cue(self) -> str:
+        assert self._task is not None
+        return self._task.retry_cue or self._task.prompt.rsplit("\n", 1)[-1]
+
+    def _decode(self, action: Any) -> str | Grade:
+        """Valid, stripped, length-checked answer text, or a MALFORMED grade."""
+        limit = self.domain_spec.max_answer_chars
+        if isinstance(action, (bytes, bytearray, memoryview)):
+            raw = bytes(action)
+            try:
+                action = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return malformed(f"answer is not valid UTF-8 (bad byte at offset {e.start})")
+        elif not isinstance(action, str):
+            raise TypeError(f"action must be str or bytes, got {type(action).__name__}")
+        text = action.strip()
+        hint = getattr(self._domain, "answer_format", "")
+        if not text:
+            return malformed(f"empty answer; expected {hint}" if hint else "empty answer")
+        if len(text) > limit:
+            return malformed(f"answer has {len(text)} characters; at most {limit} are allowed")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return malformed(f"answer contains an unencodable code point at position {e.start}")
+        return text

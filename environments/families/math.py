@@ -1,0 +1,128 @@
+"""Integer arithmetic: "47+38=" -> "85".
+
+Fixed, regular prompt formats ending in "=" so a ~1M-parameter byte-level
+model can learn them from demonstrations. Operand ranges set the difficulty.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from environments import registry
+from environments.families.exact import AnswerKind, ExactAnswerDomain
+
+Gen = Callable[[np.random.Generator], tuple[str, str]]
+MAX_PROMPT_CHARS = 48
+MAX_ANSWER_CHARS = 16
+
+
+def _int(rng: np.random.Generator, lo: int, hi: int) -> int:
+    """Uniform integer in [lo, hi] (inclusive)."""
+    return int(rng.integers(lo, hi + 1))
+
+
+def _binary(sym: str, fn: Callable[[int, int], int], a_hi: int, b_hi: int, b_lo: int = 0) -> Gen:
+    def gen(rng: np.random.Generator) -> tuple[str, str]:
+        a, b = _int(rng, 0, a_hi), _int(rng, b_lo, b_hi)
+        return f"{a}{sym}{b}=", str(fn(a, b))
+
+    return gen
+
+
+def _exact_div(b_lo: int, b_hi: int, q_hi: int) -> Gen:
+    # Dividend built as b*q so the answer is an exact integer.
+    def gen(rng: np.random.Generator) -> tuple[str, str]:
+        b, q = _int(rng, b_lo, b_hi), _int(rng, 0, q_hi)
+        return f"{b * q}/{b}=", str(q)
+
+    return gen
+
+
+def _call(name: str, fn: Callable[[int, int], int], hi: int, lo: int = 0) -> Gen:
+    def gen(rng: np.random.Generator) -> tuple[str, str]:
+        a, b = _int(rng, lo, hi), _int(rng, lo, hi)
+        return f"{name}({a},{b})=", str(fn(a, b))
+
+    return gen
+
+
+def _chain(hi: int) -> Gen:
+    # "a+b*c=": tests operator precedence, not just digit-wise addition.
+    def gen(rng: np.random.Generator) -> tuple[str, str]:
+        a, b, c = _int(rng, 0, hi), _int(rng, 0, hi), _int(rng, 0, 9)
+        op1, op2 = ("+-"[_int(rng, 0, 1)], "*")
+        value = a + b * c if op1 == "+" else a - b * c
+        return f"{a}{op1}{b}{op2}{c}=", str(value)
+
+    return gen
+
+
+# variant -> difficulty -> generator
+_TABLE: dict[str, dict[str, Gen]] = {
+    "add": {
+        "easy": _binary("+", lambda a, b: a + b, 99, 99),
+        "medium": _binary("+", lambda a, b: a + b, 999, 999),
+        "hard": _binary("+", lambda a, b: a + b, 99999, 99999),
+    },
+    "sub": {
+        "easy": _binary("-", lambda a, b: a - b, 99, 99),
+        "medium": _binary("-", lambda a, b: a - b, 999, 999),
+        "hard": _binary("-", lambda a, b: a - b, 99999, 99999),
+    },
+    "mul": {
+        "easy": _binary("*", lambda a, b: a * b, 9, 99),
+        "medium": _binary("*", lambda a, b: a * b, 99, 99),
+        "hard": _binary("*", lambda a, b: a * b, 999, 999),
+    },
+    "div": {
+        "easy": _exact_div(1, 9, 9),
+        "medium": _exact_div(2, 19, 99),
+        "hard": _exact_div(2, 99, 999),
+    },
+    "mod": {
+        "easy": _binary("%", lambda a, b: a % b, 99, 9, b_lo=2),
+        "medium": _binary("%", lambda a, b: a % b, 999, 99, b_lo=2),
+        "hard": _binary("%", lambda a, b: a % b, 99999, 999, b_lo=2),
+    },
+    "max": {
+        "easy": _call("max", max, 99),
+        "medium": _call("max", max, 9999),
+        "hard": _call("max", max, 999999),
+    },
+    "min": {
+        "easy": _call("min", min, 99),
+        "medium": _call("min", min, 9999),
+        "hard": _call("min", min, 999999),
+    },
+    "gcd": {
+        "easy": _call("gcd", math.gcd, 30, lo=1),
+        "medium": _call("gcd", math.gcd, 300, lo=1),
+        "hard": _call("gcd", math.gcd, 3000, lo=1),
+    },
+    "chain": {
+        "easy": _chain(9),
+        "medium": _chain(99),
+        "hard": _chain(999),
+    },
+}
+
+
+def _register() -> None:
+    for variant, by_difficulty in _TABLE.items():
+        for difficulty, gen in by_difficulty.items():
+            spec = registry.DomainSpec(
+                id=f"rlpt/math-{variant}-{difficulty}-v0",
+                family="math",
+                difficulty=difficulty,
+                tags=("arithmetic", "exact-match", "short", variant),
+                max_prompt_chars=MAX_PROMPT_CHARS,
+                max_answer_chars=MAX_ANSWER_CHARS,
+                description=f"integer {variant}; answer is the decimal result",
+            )
+            registry.register(ExactAnswerDomain(spec, gen, AnswerKind.INT))
+
+
+_register()

@@ -1,0 +1,133 @@
+"""Registry of RL domains.
+
+A *domain* is a procedural task generator plus its verifier (`Domain`). Every
+domain is described by a `DomainSpec` and registered twice: here (for
+filtering by family / difficulty / tag) and with `gymnasium.register`, so
+`gymnasium.make(spec.id)` builds a `TaskEnv` for it. New domains are added by
+registering, never by editing the env.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import difflib
+import re
+
+import gymnasium
+import numpy as np
+
+from environments.verdicts import Grade, Task
+
+DIFFICULTIES = ("easy", "medium", "hard")
+_ID_RE = re.compile(r"^rlpt/(?P<family>[a-z0-9]+)-[a-z0-9-]+-v\d+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainSpec:
+    """Static description of one domain.
+
+    id: gymnasium id, "rlpt/<family>-<variant>-<difficulty>-v<version>".
+    max_prompt_chars: upper bound on len(prompt) in characters (the initial
+      observation); multi-turn feedback observations are bounded separately by
+      `environments.env.FEEDBACK_MAX_CHARS`.
+    max_answer_chars: longest answer (after stripping surrounding whitespace)
+      that is graded; longer answers are MALFORMED. Demonstrations are shorter.
+    """
+
+    id: str
+    family: str
+    difficulty: str
+    tags: tuple[str, ...]
+    max_prompt_chars: int
+    max_answer_chars: int
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        match = _ID_RE.match(self.id)
+        if match is None:
+            raise ValueError(f"domain id {self.id!r} must look like 'rlpt/<family>-<name>-v<N>'")
+        if match["family"] != self.family:
+            raise ValueError(f"domain id {self.id!r} does not start with its family {self.family!r}")
+        if self.difficulty not in DIFFICULTIES:
+            raise ValueError(f"difficulty of {self.id!r} is {self.difficulty!r}; allowed: {DIFFICULTIES}")
+        if not isinstance(self.tags, tuple) or not all(isinstance(t, str) for t in self.tags):
+            raise ValueError(f"tags of {self.id!r} must be a tuple of str, got {self.tags!r}")
+        if self.max_prompt_chars <= 0 or self.max_answer_chars <= 0:
+            raise ValueError(f"max_prompt_chars/max_answer_chars of {self.id!r} must be positive")
+
+
+class Domain(abc.ABC):
+    """A task generator and its verifier. Subclasses must be stateless after __init__
+    (one instance is shared by every env of the domain, across threads)."""
+
+    spec: DomainSpec
+
+    @abc.abstractmethod
+    def sample(self, rng: np.random.Generator) -> Task:
+        """Draws one task. Must use only `rng` for randomness (reset determinism)."""
+
+    @abc.abstractmethod
+    def grade(self, task: Task, answer: str) -> Grade:
+        """Grades `answer`, which the env has already stripped of surrounding
+        whitespace, checked to be valid UTF-8 text and at most
+        `spec.max_answer_chars` long."""
+
+
+_DOMAINS: dict[str, Domain] = {}
+
+
+def register(domain: Domain) -> Domain:
+    """Registers `domain` here and with gymnasium. Duplicate ids raise ValueError."""
+    spec = domain.spec
+    if spec.id in _DOMAINS:
+        raise ValueError(f"domain {spec.id!r} is already registered")
+    _DOMAINS[spec.id] = domain
+    gymnasium.register(
+        id=spec.id,
+        entry_point="environments.env:TaskEnv",
+        kwargs={"domain_id": spec.id},
+        # The env raises its own RuntimeError for step-before-reset; gymnasium's
+        # OrderEnforcing would raise ResetNeeded first, which is not a RuntimeError.
+        order_enforce=False,
+    )
+    return domain
+
+
+def list_domains(
+    family: str | None = None, difficulty: str | None = None, tag: str | None = None
+) -> list[DomainSpec]:
+    """Specs of all registered domains matching every given filter, sorted by id."""
+    if difficulty is not None and difficulty not in DIFFICULTIES:
+        raise ValueError(f"difficulty {difficulty!r} is not one of {DIFFICULTIES}")
+    specs = [d.spec for d in _DOMAINS.values()]
+    if family is not None:
+        specs = [s for s in specs if s.family == family]
+    if difficulty is not None:
+        specs = [s for s in specs if s.difficulty == difficulty]
+    if tag is not None:
+        specs = [s for s in specs if tag in s.tags]
+    return sorted(specs, key=lambda s: s.id)
+
+
+def families() -> list[str]:
+    return sorted({d.spec.family for d in _DOMAINS.values()})
+
+
+def _unknown(domain_id: str) -> ValueError:
+    close = difflib.get_close_matches(domain_id, list(_DOMAINS), n=5, cutoff=0.5)
+    hint = f"; close matches: {close}" if close else f"; {len(_DOMAINS)} domains are registered"
+    return ValueError(f"unknown domain id {domain_id!r}{hint}")
+
+
+def get(domain_id: str) -> DomainSpec:
+    """Spec of `domain_id`; unknown ids raise ValueError listing close matches."""
+    return domain(domain_id).spec
+
+
+def domain(domain_id: str) -> Domain:
+    """The `Domain` object (generator + verifier) registered as `domain_id`."""
+    try:
+        return _DOMAINS[domain_id]
+    except KeyError:
+        raise _unknown(domain_id) from None

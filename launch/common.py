@@ -1,0 +1,18 @@
+"""Shared pieces of the absl entry points."""
+
+from __future__ import annotations
+
+import sys
+
+from absl import logging
+
+
+def typed_config(cls, config_dict):
+  """ConfigDict -> frozen dataclass; a user mistake exits with one clear line."""
+  from rlpt.config import ConfigError, from_config_dict
+  try:
+    return from_config_dict(cls, config_dict)
+  except ConfigError as e:
+    logging.error("Invalid config: %s", e)
+    sys.exit(f"Invalid config: {e}")
+

@@ -1,0 +1,52 @@
+"""Task identities and the per-step draw of tasks across domains.
+
+A task is (domain id, seed, split): the environment regenerates it
+deterministically from that triple, so a task costs nothing to store and a
+run's data order is a function of the sampler's state alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Task(NamedTuple):
+  domain: str
+  seed: int
+  split: str
+
+
+class TaskSampler:
+  """Draws training tasks: a domain by weight, then a fresh seed in that domain.
+
+  Deterministic in ``seed``; ``state_dict`` / ``load_state_dict`` capture the
+  exact position so a resumed run draws the same tasks.
+  """
+
+  def __init__(self, domains: Sequence[str], weights: Sequence[float] | None = None, seed: int = 0):
+    self.domains = tuple(domains)
+    w = np.ones(len(self.domains)) if not weights else np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(self.domains),) or (w < 0).any() or w.sum() <= 0:
+      raise ValueError(f"weights {list(w)} must be {len(self.domains)} non-negative numbers with a positive sum.")
+    self.weights = w / w.sum()
+    self._rng = np.random.default_rng(seed)
+
+  def sample(self, n: int) -> list[Task]:
+    idx = self._rng.choice(len(self.domains), size=n, p=self.weights)
+    seeds = self._rng.integers(0, 2**62, size=n)
+    return [Task(self.domains[i], int(s), "train") for i, s in zip(idx, seeds)]
+
+  def state_dict(self) -> dict:
+    return {"bit_generator": self._rng.bit_generator.state}
+
+  def load_state_dict(self, state: dict) -> None:
+    self._rng.bit_generator.state = state["bit_generator"]
+
+
+def eval_tasks(domains: Sequence[str], per_domain: int, seed: int = 1234) -> list[Task]:
+  """A fixed held-out set: the same tasks at every evaluation of a run."""
+  rng = np.random.default_rng(seed)
+  return [Task(d, int(s), "eval") for d in domains for s in rng.integers(0, 2**62, size=per_domain)]

@@ -1,0 +1,48 @@
+"""Writes scalar metrics to ``metrics.jsonl`` and TensorBoard event files."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def _scalar(v) -> float:
+  return float(np.asarray(v))
+
+
+class MetricsWriter:
+  """One JSON object per ``write`` call (``{"step": ..., "kind": ..., **metrics}``)
+  plus TensorBoard scalars tagged ``kind/name``. Only process 0 should own one."""
+
+  def __init__(self, workdir: str, tensorboard: bool = True):
+    os.makedirs(workdir, exist_ok=True)
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._file = open(self.path, "a", buffering=1)
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
+    row = {"step": int(step), "kind": kind}
+    for k, v in metrics.items():
+      x = _scalar(v)
+      row[k] = x if math.isfinite(x) else str(x)
+      if self._tb is not None:
+        self._tb.add_scalar(f"{kind}/{k}", x, int(step))
+    self._file.write(json.dumps(row) + "\n")
+
+  def close(self) -> None:
+    self._file.close()
+    if self._tb is not None:
+      self._tb.close()
+
+
+def read_metrics(path: str, kind: str | None = None) -> list[dict]:
+  with open(path) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return [r for r in rows if kind is None or r["kind"] == kind]

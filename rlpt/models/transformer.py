@@ -1,0 +1,213 @@
+"""Llama-style decoder: RoPE, RMSNorm, grouped-query attention, SwiGLU.
+
+Every parameter carries logical ``axes`` metadata that rlpt.sharding maps to
+mesh axes; the model never names a mesh axis. Use it functionally where speed
+matters: ``graphdef, state = nnx.split(model)`` once, then plain ``jax.jit``
+over ``state`` with ``nnx.merge`` inside.
+
+Shape suffixes: B batch, T query length, S key length (cache length),
+D d_model, N query heads, K kv heads, G = N // K, H head_dim, F mlp, V vocab.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rlpt.models.config import ModelConfig
+from rlpt.sharding import constrain
+
+
+class KVCache(NamedTuple):
+  """Per-layer key/value buffers, each [layers, B, S, K, H]."""
+
+  k: jax.Array
+  v: jax.Array
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int) -> KVCache:
+  shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
+  return KVCache(jnp.zeros(shape, cfg.jnp_dtype), jnp.zeros(shape, cfg.jnp_dtype))
+
+
+def causal_mask(positions_BxT: jax.Array, key_positions_BxS: jax.Array,
+                key_valid_BxS: jax.Array | None = None) -> jax.Array:
+  """[B, T, S] boolean mask: query at position p sees keys at positions <= p."""
+  mask = key_positions_BxS[:, None, :] <= positions_BxT[:, :, None]
+  if key_valid_BxS is not None:
+    mask &= key_valid_BxS[:, None, :]
+  return mask
+
+
+def _param(rngs: nnx.Rngs, shape, axes, scale: float) -> nnx.Param:
+  return nnx.Param(jax.random.normal(rngs.params(), shape, jnp.float32) * scale, axes=axes)
+
+
+class RMSNorm(nnx.Module):
+
+  def __init__(self, dim: int, eps: float):
+    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32), axes=("embed",))
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * self.scale[...]).astype(x.dtype)
+
+
+def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, theta: float) -> jax.Array:
+  """Rotary embedding, rotating the two halves of each head (Llama layout)."""
+  h = x_BxTxNxH.shape[-1]
+  freq_H2 = theta ** (-jnp.arange(0, h, 2, dtype=jnp.float32) / h)
+  angle_BxTxH2 = positions_BxT[..., None].astype(jnp.float32) * freq_H2
+  sin = jnp.sin(angle_BxTxH2)[:, :, None, :]
+  cos = jnp.cos(angle_BxTxH2)[:, :, None, :]
+  x = x_BxTxNxH.astype(jnp.float32)
+  x1, x2 = jnp.split(x, 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BxTxNxH.dtype)
+
+
+def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS) -> jax.Array:
+  """Softmax attention in fp32 with grouped query heads. Returns [B, T, N, H]."""
+  b, t, n, h = q_BxTxNxH.shape
+  kh = k_BxSxKxH.shape[2]
+  q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
+  scores_BxKxGxTxS = jnp.einsum("btkgh,bskh->bkgts", q, k_BxSxKxH.astype(jnp.float32))
+  scores_BxKxGxTxS *= h ** -0.5
+  big_neg = jnp.finfo(jnp.float32).min
+  scores_BxKxGxTxS = jnp.where(mask_BxTxS[:, None, None], scores_BxKxGxTxS, big_neg)
+  probs = jax.nn.softmax(scores_BxKxGxTxS, axis=-1)
+  out = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxSxKxH.astype(jnp.float32))
+  return out.reshape(b, t, n, h).astype(q_BxTxNxH.dtype)
+
+
+class Attention(nnx.Module):
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    d, n, k, h = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    self.cfg = cfg
+    self.wq = _param(rngs, (d, n, h), ("embed", "heads", "head_dim"), d ** -0.5)
+    self.wk = _param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), d ** -0.5)
+    self.wv = _param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), d ** -0.5)
+    self.wo = _param(rngs, (n, h, d), ("heads", "head_dim", "embed"),
+                     (n * h) ** -0.5 / (2 * cfg.num_layers) ** 0.5)
+
+  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache_kv, write_index_B):
+    """Self-attention; with a cache, writes this block's K/V at write_index_B.
+
+    Without a cache, keys are this block's own tokens (training, scoring).
+    Returns (y_BxTxD, (k_BxSxKxH, v_BxSxKxH) or None).
+    """
+    dt = self.cfg.jnp_dtype
+    q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.wq[...].astype(dt))
+    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wk[...].astype(dt))
+    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wv[...].astype(dt))
+    q = apply_rope(q, positions_BxT, self.cfg.rope_theta)
+    k = apply_rope(k, positions_BxT, self.cfg.rope_theta)
+    q = constrain(q, ("batch", "seq", "heads", "head_dim"))
+    new_kv = None
+    if cache_kv is not None:
+      ck, cv = cache_kv
+      write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
+      ck = write(ck, k.astype(ck.dtype), write_index_B)
+      cv = write(cv, v.astype(cv.dtype), write_index_B)
+      k, v, new_kv = ck, cv, (ck, cv)
+    out = dense_attention(q, k, v, mask_BxTxS)
+    y = jnp.einsum("btnh,nhd->btd", out, self.wo[...].astype(dt))
+    return y, new_kv
+
+
+class MLP(nnx.Module):
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    d, f = cfg.d_model, cfg.mlp_dim
+    self.cfg = cfg
+    self.w_gate = _param(rngs, (d, f), ("embed", "mlp"), d ** -0.5)
+    self.w_up = _param(rngs, (d, f), ("embed", "mlp"), d ** -0.5)
+    self.w_down = _param(rngs, (f, d), ("mlp", "embed"), f ** -0.5 / (2 * cfg.num_layers) ** 0.5)
+
+  def __call__(self, x_BxTxD):
+    dt = self.cfg.jnp_dtype
+    gate = jnp.einsum("btd,df->btf", x_BxTxD, self.w_gate[...].astype(dt))
+    up = jnp.einsum("btd,df->btf", x_BxTxD, self.w_up[...].astype(dt))
+    h = constrain(jax.nn.silu(gate) * up, ("batch", "seq", "mlp"))
+    return jnp.einsum("btf,fd->btd", h, self.w_down[...].astype(dt))
+
+
+class Block(nnx.Module):
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.attn = Attention(cfg, rngs)
+    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.mlp = MLP(cfg, rngs)
+
+  def __call__(self, x, positions, mask, cache_kv, write_index):
+    y, new_kv = self.attn(self.attn_norm(x), positions, mask, cache_kv, write_index)
+    x = x + y
+    x = x + self.mlp(self.mlp_norm(x))
+    return constrain(x, ("batch", "seq", "embed")), new_kv
+
+
+class Decoder(nnx.Module):
+  """Embedding, blocks and final norm: tokens -> hidden states [B, T, D]."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.embed = _param(rngs, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), 1.0)
+    self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+
+  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache: KVCache | None = None,
+               write_index_B: jax.Array | None = None):
+    x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
+    x = constrain(x, ("batch", "seq", "embed"))
+    new_k, new_v = [], []
+    for i, block in enumerate(self.blocks):
+      layer_kv = None if cache is None else (cache.k[i], cache.v[i])
+      x, kv = block(x, positions_BxT, mask_BxTxS, layer_kv, write_index_B)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+    new_cache = None if cache is None else KVCache(jnp.stack(new_k), jnp.stack(new_v))
+    return self.final_norm(x), new_cache
+
+
+class Transformer(nnx.Module):
+  """The policy: Decoder plus an output head producing fp32 logits."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.decoder = Decoder(cfg, rngs)
+    if not cfg.tie_embeddings:
+      self.lm_head = _param(rngs, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"),
+                            cfg.d_model ** -0.5)
+
+  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache=None, write_index_B=None):
+    """Returns (logits_BxTxV in fp32, updated cache or None)."""
+    h_BxTxD, cache = self.decoder(tokens_BxT, positions_BxT, mask_BxTxS, cache, write_index_B)
+    h = h_BxTxD.astype(jnp.float32)
+    if self.cfg.tie_embeddings:
+      # Tied explicitly (no shared Variable) so the model also works in tree mode.
+      logits = jnp.einsum("btd,vd->btv", h, self.decoder.embed[...]) * self.cfg.d_model ** -0.5
+    else:
+      logits = jnp.einsum("btd,dv->btv", h, self.lm_head[...])
+    return constrain(logits, ("batch", "seq", "vocab")), cache
+
+
+class ValueModel(nnx.Module):
+  """Critic: the same trunk plus a scalar head. Returns values [B, T] in fp32."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.decoder = Decoder(cfg, rngs)
+    self.head = nnx.Param(jnp.zeros((cfg.d_model,), jnp.float32), axes=("embed",))
+    self.bias = nnx.Param(jnp.zeros((), jnp.float32), axes=())
+
+  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS):
+    h_BxTxD, _ = self.decoder(tokens_BxT, positions_BxT, mask_BxTxS)
+    return jnp.einsum("btd,d->bt", h_BxTxD.astype(jnp.float32), self.head[...]) + self.bias[...]

@@ -1,0 +1,130 @@
+"""Supervised pre-training of a tiny base model on the domains' demonstrations.
+
+RL never starts from random weights: this makes a base that already knows the
+task formats and succeeds sometimes (it is deliberately undertrained), which
+is the situation RL post-training is for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import os
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+
+from rlpt.checkpoint import load_model, save_model
+from rlpt.config import PretrainConfig, from_config_dict, to_json
+from rlpt.data import TaskSampler
+from rlpt.metrics import MetricsWriter
+from rlpt.models import Transformer
+from rlpt.rollout import EnvPool, build_sequences, encode_prompts
+from rlpt.runtime import batch_sharding, jit_step, place_train_state
+from rlpt.sharding import DEFAULT_RULES, make_mesh
+from rlpt.steps import make_optimizer, sft_train_step
+from rlpt.tokenizers import ByteTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def demonstration_batch(pool: EnvPool, tasks, tokenizer, max_len: int):
+  """[B, max_len] tokens of BOS + prompt + demonstration + EOS, and the answer mask."""
+  prompts = pool.reset(tasks)
+  answers = [tokenizer.encode(p.info["demonstration"]) + [tokenizer.eos_id] for p in prompts]
+  max_prompt = max_len - max(len(a) for a in answers)
+  ids, lengths = encode_prompts([p.text for p in prompts], tokenizer, max_prompt,
+                                [t.domain for t in tasks])
+  completions = np.full((len(tasks), max_len - max_prompt), tokenizer.pad_id, np.int32)
+  for i, a in enumerate(answers):
+    completions[i, :len(a)] = a
+  seq = build_sequences(ids, lengths, completions, np.array([len(a) for a in answers]),
+                        None, tokenizer.pad_id)
+  return seq.tokens, seq.loss_mask
+
+
+def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
+  """Trains a base model and saves it to ``workdir/model``. Returns that path."""
+  tokenizer = ByteTokenizer()
+  if cfg.model.vocab_size < tokenizer.vocab_size:
+    raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the byte "
+                     f"tokenizer's {tokenizer.vocab_size}.")
+  mesh = make_mesh({"data": -1})
+  rules = DEFAULT_RULES
+  model = Transformer(cfg.model, nnx.Rngs(cfg.seed))
+  graphdef, params = nnx.split(model)
+  optimizer = make_optimizer(cfg.optim, cfg.steps)
+  state, state_sh = place_train_state(params, optimizer, mesh, rules)
+  step_fn = jit_step(sft_train_step, state_sh,
+                     (batch_sharding(mesh, rules, 2), batch_sharding(mesh, rules, 2)), mesh,
+                     graphdef=graphdef, optimizer=optimizer)
+  pool = EnvPool(cfg.domains.ids, workers=2)
+  sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=cfg.seed)
+  writer = MetricsWriter(workdir)
+  bar = _progress(cfg.steps, "pretrain", progress)
+  t0 = time.time()
+  try:
+    for step in range(1, cfg.steps + 1):
+      tokens, mask = demonstration_batch(pool, sampler.sample(cfg.batch_size), tokenizer, cfg.max_len)
+      state, metrics = step_fn(state, tokens, mask)
+      if step % cfg.log_every == 0 or step == cfg.steps:
+        metrics = jax.device_get(metrics)
+        writer.write(step, "pretrain", metrics)
+        if bar is not None:
+          bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['token_accuracy']:.3f}")
+      if bar is not None:
+        bar.update(1)
+  finally:
+    if bar is not None:
+      bar.close()
+    pool.close()
+    writer.close()
+  path = os.path.join(workdir, "model")
+  save_model(path, jax.device_get(state.params), cfg.model,
+             {"pretrain_config": json.loads(to_json(cfg)), "seconds": time.time() - t0})
+  log.info("Saved base model to %s after %.1fs", path, time.time() - t0)
+  return path
+
+
+def _progress(total: int, desc: str, enabled: bool):
+  if not enabled:
+    return None
+  from tqdm.auto import tqdm
+  return tqdm(total=total, desc=desc, dynamic_ncols=True)
+
+
+def fingerprint(cfg: PretrainConfig) -> str:
+  return hashlib.sha256(to_json(cfg).encode()).hexdigest()[:12]
+
+
+def load_experiment_config(name: str, arg: str = ""):
+  """``experiments/<name>.py``'s ``get_config(arg)``."""
+  try:
+    module = importlib.import_module(f"experiments.{name}")
+  except ModuleNotFoundError as e:
+    raise ValueError(f"No experiment '{name}': expected a file experiments/{name}.py "
+                     "(run from the repository root).") from e
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def resolve_base(base_cfg, progress: bool = True):
+  """Loads the base policy named by a BaseModelConfig, building and caching it if needed.
+
+  Returns (model config, graphdef, params, checkpoint path).
+  """
+  if base_cfg.checkpoint:
+    path = base_cfg.checkpoint
+  else:
+    pcfg = from_config_dict(PretrainConfig, load_experiment_config(base_cfg.experiment, base_cfg.arg))
+    name = base_cfg.experiment + (f"-{base_cfg.arg}" if base_cfg.arg else "")
+    workdir = os.path.join(base_cfg.cache_dir, f"{name}-{fingerprint(pcfg)}")
+    path = os.path.join(workdir, "model")
+    if not os.path.exists(os.path.join(path, "model.json")):
+      log.info("No cached base at %s: pre-training it now (%d steps).", path, pcfg.steps)
+      pretrain(pcfg, workdir, progress=progress)
+  model_cfg, graphdef, params, _ = load_model(path)
+  return model_cfg, graphdef, params, path

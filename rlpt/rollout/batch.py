@@ -1,0 +1,61 @@
+"""Token layout: prompts -> sampler input, (prompt, completion) -> training sequence.
+
+Every sequence is BOS + prompt + completion, right-padded, at positions
+0..L-1: the same positions the sampler used, so training log-probs match the
+sampler's exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from rlpt.tokenizers import Tokenizer
+
+
+def encode_prompts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int,
+                   domains: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """Right-padded [B, max_len] prompt ids (BOS first) and their lengths [B]."""
+  out = np.full((len(texts), max_len), tokenizer.pad_id, np.int32)
+  lengths = np.zeros((len(texts),), np.int32)
+  for i, text in enumerate(texts):
+    ids = [tokenizer.bos_id] + tokenizer.encode(text)
+    if len(ids) > max_len:
+      where = f" from domain '{domains[i]}'" if domains is not None else ""
+      raise ValueError(
+          f"prompt{where} has {len(ids)} tokens (with BOS) but rollout.max_prompt_len is "
+          f"{max_len}: {text[:80]!r}... Raise rollout.max_prompt_len.")
+    out[i, :len(ids)] = ids
+    lengths[i] = len(ids)
+  return out, lengths
+
+
+class SequenceBatch(NamedTuple):
+  """tokens [B, L]; loss_mask and logp [B, L-1] aligned to target tokens 1..L-1."""
+
+  tokens: np.ndarray
+  loss_mask: np.ndarray
+  logp: np.ndarray
+
+
+def build_sequences(prompts_BxP: np.ndarray, prompt_lengths_B: np.ndarray,
+                    completions_BxN: np.ndarray, completion_lengths_B: np.ndarray,
+                    completion_logp_BxN: np.ndarray | None, pad_id: int) -> SequenceBatch:
+  """Concatenates each prompt with its completion at the prompt's true length."""
+  b, p = prompts_BxP.shape
+  n = completions_BxN.shape[1]
+  length = p + n
+  tokens = np.full((b, length), pad_id, np.int32)
+  mask = np.zeros((b, length - 1), np.float32)
+  logp = np.zeros((b, length - 1), np.float32)
+  for i in range(b):
+    pl, cl = int(prompt_lengths_B[i]), int(completion_lengths_B[i])
+    tokens[i, :pl] = prompts_BxP[i, :pl]
+    tokens[i, pl:pl + cl] = completions_BxN[i, :cl]
+    # Target index t predicts tokens[t + 1]; completion token j sits at pl + j.
+    mask[i, pl - 1:pl - 1 + cl] = 1.0
+    if completion_logp_BxN is not None:
+      logp[i, pl - 1:pl - 1 + cl] = completion_logp_BxN[i, :cl]
+  return SequenceBatch(tokens, mask, logp)

@@ -1,0 +1,98 @@
+"""The sampling distribution, defined once for the sampler and the trainer.
+
+The sampler draws from ``processed_logprobs(logits, params)`` and the trainer
+scores tokens with ``token_logprobs`` over the same processing, so the
+behaviour policy's log-probs equal the trainer's recomputation (including with
+temperature != 1 and top-k / top-p), which PPO-style ratios rely on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+_NEG_INF = -jnp.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """How tokens are drawn. Hashable: it is a static argument of jitted code.
+
+  temperature 0 means greedy decoding (log-probs are then those of the raw
+  logits). top_k 0 and top_p 1.0 disable those filters.
+  """
+
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  def __post_init__(self):
+    if self.temperature < 0:
+      raise ValueError(f"temperature must be >= 0, got {self.temperature}.")
+    if self.top_k < 0:
+      raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}.")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0.0
+
+
+def _filter_mask(scaled_V: jax.Array, params: SamplingParams,
+                 keep_id: jax.Array | None) -> jax.Array | None:
+  """Boolean [..., V] mask of tokens allowed by top-k / top-p, or None."""
+  if params.top_k == 0 and params.top_p >= 1.0:
+    return None
+  v = scaled_V.shape[-1]
+  order = jnp.argsort(-scaled_V, axis=-1, stable=True)
+  sorted_logits = jnp.take_along_axis(scaled_V, order, axis=-1)
+  keep_sorted = jnp.ones_like(sorted_logits, dtype=bool)
+  if params.top_k:
+    keep_sorted &= jnp.arange(v) < params.top_k
+  if params.top_p < 1.0:
+    probs = jax.nn.softmax(jnp.where(keep_sorted, sorted_logits, _NEG_INF), axis=-1)
+    # Keep the smallest prefix whose mass reaches top_p (the crossing token included).
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep_sorted &= mass_before < params.top_p
+  inverse = jnp.argsort(order, axis=-1)
+  keep = jnp.take_along_axis(keep_sorted, inverse, axis=-1)
+  if keep_id is not None:
+    # The token that was actually sampled is in the support by construction; a
+    # last-ulp difference between two forward passes must not push it out.
+    keep |= jax.nn.one_hot(keep_id, v, dtype=bool)
+  return jax.lax.stop_gradient(keep)
+
+
+def processed_logprobs(logits_V: jax.Array, params: SamplingParams,
+                       keep_id: jax.Array | None = None) -> jax.Array:
+  """Log-probabilities of the sampling distribution, [..., V] in fp32."""
+  logits_V = logits_V.astype(jnp.float32)
+  if params.greedy:
+    return jax.nn.log_softmax(logits_V, axis=-1)
+  scaled = logits_V / params.temperature
+  keep = _filter_mask(scaled, params, keep_id)
+  if keep is not None:
+    scaled = jnp.where(keep, scaled, _NEG_INF)
+  return jax.nn.log_softmax(scaled, axis=-1)
+
+
+def token_logprobs(logits_BxTxV: jax.Array, tokens_BxT: jax.Array,
+                   params: SamplingParams) -> jax.Array:
+  """Log-prob of each given token under the sampling distribution, [B, T]."""
+  logp = processed_logprobs(logits_BxTxV, params, keep_id=tokens_BxT)
+  return jnp.take_along_axis(logp, tokens_BxT[..., None], axis=-1)[..., 0]
+
+
+def sample_token(rng: jax.Array, logits_BxV: jax.Array,
+                 params: SamplingParams) -> tuple[jax.Array, jax.Array]:
+  """Draws one token per row. Returns (tokens [B] int32, their log-probs [B])."""
+  logp_BxV = processed_logprobs(logits_BxV, params)
+  if params.greedy:
+    tok = jnp.argmax(logp_BxV, axis=-1)
+  else:
+    tok = jax.random.categorical(rng, logp_BxV, axis=-1)
+  tok = tok.astype(jnp.int32)
+  return tok, jnp.take_along_axis(logp_BxV, tok[:, None], axis=-1)[:, 0]

@@ -1,0 +1,30 @@
+"""Mesh construction and the logical-axis rules table.
+
+Model code names only logical axes (``batch``, ``seq``, ``embed``, ``heads``,
+``kv_heads``, ``head_dim``, ``mlp``, ``vocab``); one rules table maps them to
+mesh axes. Changing how a model is laid out on a pod is a change to the rules,
+never to the model.
+"""
+
+from rlpt.sharding.mesh import MESH_AXES, make_mesh
+from rlpt.sharding.rules import (
+    DEFAULT_RULES,
+    Rules,
+    constrain,
+    logical_to_spec,
+    named_sharding,
+    state_shardings,
+    use_rules,
+)
+
+__all__ = [
+    "MESH_AXES",
+    "make_mesh",
+    "DEFAULT_RULES",
+    "Rules",
+    "constrain",
+    "logical_to_spec",
+    "named_sharding",
+    "state_shardings",
+    "use_rules",
+]

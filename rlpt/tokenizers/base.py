@@ -1,0 +1,23 @@
+"""The interface every tokenizer implements (byte-level now, HF `tokenizers` later)."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+  """Text <-> token ids. Special ids are attributes, not magic numbers."""
+
+  vocab_size: int
+  bos_id: int
+  eos_id: int
+  pad_id: int
+
+  def encode(self, text: str) -> list[int]:
+    """Ids for ``text`` without BOS/EOS."""
+    ...
+
+  def decode(self, ids: list[int]) -> str:
+    """Text for ``ids``; special ids are dropped; never raises on bad bytes."""
+    ...

@@ -1,0 +1,7 @@
+"""Forces 8 host devices before JAX is imported, so multi-device paths run on CPU."""
+
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
