@@ -29,7 +29,7 @@ import gymnasium
 
 from environments import registry, splits
 from environments.spaces import AnyText
-from environments.verdicts import Grade, Task, Verdict, malformed
+from environments.verdicts import Grade, Task, malformed
 
 # Feedback text is cut to this many characters before it reaches the model.
 FEEDBACK_MAX_CHARS = 256

@@ -12,6 +12,8 @@ import ml_collections
 
 from experiments import domains
 
+RUNNER = "pretrain"
+
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()

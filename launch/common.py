@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from absl import logging
+from absl import flags, logging
 
 
 def typed_config(cls, config_dict):
@@ -16,3 +16,10 @@ def typed_config(cls, config_dict):
     logging.error("Invalid config: %s", e)
     sys.exit(f"Invalid config: {e}")
 
+
+
+def quiet_libraries() -> None:
+  """Library INFO chatter (orbax, XLA) hides the progress bar; keep it to warnings
+  unless the user asked for a verbosity with --verbosity / -v."""
+  if flags.FLAGS["verbosity"].using_default_value:
+    logging.set_verbosity(logging.WARNING)

@@ -17,6 +17,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  common.quiet_libraries()
   from rlpt.config import PretrainConfig
   from rlpt.pretrain import pretrain
   cfg = common.typed_config(PretrainConfig, _CONFIG.value)

@@ -21,6 +21,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  common.quiet_libraries()
   from rlpt.config import TrainConfig
   from rlpt.trainer import train
   cfg = common.typed_config(TrainConfig, _CONFIG.value)

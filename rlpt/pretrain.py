@@ -23,7 +23,8 @@ from rlpt.config import PretrainConfig, from_config_dict, to_json
 from rlpt.data import TaskSampler
 from rlpt.metrics import MetricsWriter
 from rlpt.models import Transformer
-from rlpt.rollout import EnvPool, build_sequences, encode_prompts
+from rlpt.rollout import EnvPool
+from rlpt.rollout.batch import bucket_length
 from rlpt.runtime import batch_sharding, jit_step, place_train_state
 from rlpt.sharding import DEFAULT_RULES, make_mesh
 from rlpt.steps import make_optimizer, sft_train_step
@@ -32,19 +33,29 @@ from rlpt.tokenizers import ByteTokenizer
 log = logging.getLogger(__name__)
 
 
-def demonstration_batch(pool: EnvPool, tasks, tokenizer, max_len: int):
-  """[B, max_len] tokens of BOS + prompt + demonstration + EOS, and the answer mask."""
+def demonstration_batch(pool: EnvPool, tasks, tokenizer, max_len: int, bucket: int = 16):
+  """[B, L] tokens of BOS + prompt + demonstration + EOS, and the answer mask [B, L-1].
+
+  L is the longest example rounded up to a multiple of ``bucket`` (at most
+  ``max_len``), so short batches do not pay for padding.
+  """
   prompts = pool.reset(tasks)
-  answers = [tokenizer.encode(p.info["demonstration"]) + [tokenizer.eos_id] for p in prompts]
-  max_prompt = max_len - max(len(a) for a in answers)
-  ids, lengths = encode_prompts([p.text for p in prompts], tokenizer, max_prompt,
-                                [t.domain for t in tasks])
-  completions = np.full((len(tasks), max_len - max_prompt), tokenizer.pad_id, np.int32)
-  for i, a in enumerate(answers):
-    completions[i, :len(a)] = a
-  seq = build_sequences(ids, lengths, completions, np.array([len(a) for a in answers]),
-                        None, tokenizer.pad_id)
-  return seq.tokens, seq.loss_mask
+  rows, starts = [], []
+  for task, p in zip(tasks, prompts):
+    prompt = [tokenizer.bos_id] + tokenizer.encode(p.text)
+    answer = tokenizer.encode(p.info["demonstration"]) + [tokenizer.eos_id]
+    if len(prompt) + len(answer) > max_len:
+      raise ValueError(f"a demonstration of '{task.domain}' needs {len(prompt) + len(answer)} "
+                       f"tokens but max_len is {max_len}.")
+    rows.append(prompt + answer)
+    starts.append(len(prompt))
+  width = bucket_length(max(len(r) for r in rows), max_len, bucket)
+  tokens = np.full((len(rows), width), tokenizer.pad_id, np.int32)
+  mask = np.zeros((len(rows), width - 1), np.float32)
+  for i, (row, start) in enumerate(zip(rows, starts)):
+    tokens[i, :len(row)] = row
+    mask[i, start - 1:len(row) - 1] = 1.0  # targets are the answer and its EOS
+  return tokens, mask
 
 
 def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
@@ -124,7 +135,8 @@ def resolve_base(base_cfg, progress: bool = True):
     workdir = os.path.join(base_cfg.cache_dir, f"{name}-{fingerprint(pcfg)}")
     path = os.path.join(workdir, "model")
     if not os.path.exists(os.path.join(path, "model.json")):
-      log.info("No cached base at %s: pre-training it now (%d steps).", path, pcfg.steps)
+      print(f"rlpt: no cached base model at {path}; pre-training it now ({pcfg.steps} steps).",
+            flush=True)
       pretrain(pcfg, workdir, progress=progress)
   model_cfg, graphdef, params, _ = load_model(path)
   return model_cfg, graphdef, params, path

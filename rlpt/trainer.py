@@ -38,6 +38,9 @@ from rlpt.tokenizers import ByteTokenizer
 
 log = logging.getLogger(__name__)
 
+# Prompt buffers are padded to a multiple of this many tokens (see bucket_length).
+PROMPT_BUCKET = 16
+
 
 class Trainer:
   """Owns the policy, the frozen reference, the environments and the metrics of one run."""
@@ -104,7 +107,8 @@ class Trainer:
   # Rollout.
 
   def _generate(self, prompts: list[str], domains: list[str], sampling: SamplingParams):
-    ids, lengths = encode_prompts(prompts, self.tokenizer, self.cfg.rollout.max_prompt_len, domains)
+    ids, lengths = encode_prompts(prompts, self.tokenizer, self.cfg.rollout.max_prompt_len,
+                                  domains, bucket=PROMPT_BUCKET)
     self.rng, sub = jax.random.split(self.rng)
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     bs1 = batch_sharding(self.mesh, self.rules, 1)

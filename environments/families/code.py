@@ -82,6 +82,20 @@ def _absolute() -> list[Hypothesis]:
     return [(f"abs({_poly((a, 'x'), (b, ''))})", lambda x, a=a, b=b: abs(a * x + b)) for a in range(1, 6) for b in range(-9, 10)]
 
 
+def _floordiv() -> list[Hypothesis]:
+    return [(f"x//{k}" + _signed(c, "", first=False), lambda x, k=k, c=c: x // k + c) for k in range(2, 6) for c in range(-9, 10)]
+
+
+def _cubic() -> list[Hypothesis]:
+    return [(_poly((1, "x*x*x"), (b, "x"), (c, "")), lambda x, b=b, c=c: x**3 + b * x + c) for b in range(-3, 4) for c in range(-9, 10)]
+
+
+def _clamp() -> list[Hypothesis]:
+    return [(f"max(x,{c})", lambda x, c=c: max(x, c)) for c in range(-5, 10)] + [
+        (f"min(x,{c})", lambda x, c=c: min(x, c)) for c in range(-5, 10)
+    ]
+
+
 class InductionDomain(Domain):
     """Infer f from `n_shown` examples with x drawn from `shown_xs`."""
 
@@ -141,6 +155,9 @@ _VARIANTS = {
     "quadratic": ("medium", _quadratic, range(0, 6), 3),
     "modulo": ("medium", _modulo, range(0, 31), 3),
     "abs": ("hard", _absolute, range(-6, 7), 3),
+    "floordiv": ("medium", _floordiv, range(0, 25), 3),
+    "cubic": ("hard", _cubic, range(-3, 4), 3),
+    "clamp": ("hard", _clamp, range(-6, 10), 3),
 }
 
 

@@ -49,6 +49,24 @@ def _call(name: str, fn: Callable[[int, int], int], hi: int, lo: int = 0) -> Gen
     return gen
 
 
+def _unary(name: str, fn: Callable[[int], int], hi: int) -> Gen:
+    def gen(rng: np.random.Generator) -> tuple[str, str]:
+        a = _int(rng, 0, hi)
+        return f"{name}({a})=", str(fn(a))
+
+    return gen
+
+
+def _avg(hi: int) -> Gen:
+    # b has a's parity so the mean is an integer.
+    def gen(rng: np.random.Generator) -> tuple[str, str]:
+        a = _int(rng, 0, hi)
+        b = _int(rng, 0, hi // 2) * 2 + a % 2
+        return f"avg({a},{b})=", str((a + b) // 2)
+
+    return gen
+
+
 def _chain(hi: int) -> Gen:
     # "a+b*c=": tests operator precedence, not just digit-wise addition.
     def gen(rng: np.random.Generator) -> tuple[str, str]:
@@ -101,6 +119,26 @@ _TABLE: dict[str, dict[str, Gen]] = {
         "easy": _call("gcd", math.gcd, 30, lo=1),
         "medium": _call("gcd", math.gcd, 300, lo=1),
         "hard": _call("gcd", math.gcd, 3000, lo=1),
+    },
+    "pow": {
+        "easy": _binary("^", lambda a, b: a**b, 30, 3),
+        "medium": _binary("^", lambda a, b: a**b, 99, 3),
+        "hard": _binary("^", lambda a, b: a**b, 999, 3),
+    },
+    "absdiff": {
+        "easy": _call("absdiff", lambda a, b: abs(a - b), 99),
+        "medium": _call("absdiff", lambda a, b: abs(a - b), 9999),
+        "hard": _call("absdiff", lambda a, b: abs(a - b), 999999),
+    },
+    "square": {
+        "easy": _unary("sq", lambda a: a * a, 99),
+        "medium": _unary("sq", lambda a: a * a, 999),
+        "hard": _unary("sq", lambda a: a * a, 9999),
+    },
+    "avg": {
+        "easy": _avg(99),
+        "medium": _avg(9999),
+        "hard": _avg(999999),
     },
     "chain": {
         "easy": _chain(9),

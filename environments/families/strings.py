@@ -86,6 +86,11 @@ _UNARY = {
     "rot1": _unary("rot1", _rot1, AnswerKind.LETTERS),
     "dedup": _unary("dedup", _dedup, AnswerKind.LETTERS),
     "vowels": _unary("vowels", lambda w: str(sum(c in "aeiou" for c in w)), AnswerKind.INT),
+    "double": _unary("dbl", lambda w: "".join(c + c for c in w[:8]), AnswerKind.LETTERS),
+    "novowels": _unary("novow", lambda w: "".join(c for c in w if c not in "aeiou") or "none", AnswerKind.LETTERS),
+    "capitalize": _unary("cap", str.capitalize, AnswerKind.LETTERS),
+    "odd": _unary("odd", lambda w: w[::2], AnswerKind.LETTERS),
+    "revup": _unary("revup", lambda w: w[::-1].upper(), AnswerKind.LETTERS),
     "swapcase": _unary("swap", str.swapcase, AnswerKind.LETTERS, case="mixed"),
 }
 

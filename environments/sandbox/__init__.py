@@ -5,16 +5,20 @@
     result.status, result.result["results"]   # Status.OK, [{"ok": 2}, {"ok": 3}]
 
 `run` uses one process-wide `SandboxPool` (created on first use, recreated in
-a forked child process, closed at exit). Never exec()s candidate code in the
-calling process.
+a forked child process, closed at exit). Its workers live in bubblewrap
+sandboxes (`bwrap.BwrapLauncher`) when `bwrap.probe()` succeeds; otherwise they
+are plain forked processes with rlimits and a uid drop, and a warning is
+logged once. Never exec()s candidate code in the calling process.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 
+from environments.sandbox import bwrap
 from environments.sandbox.pool import (
     JobResult,
     Launcher,
@@ -27,6 +31,7 @@ from environments.sandbox.pool import (
 )
 
 __all__ = [
+    "default_launcher",
     "JobResult",
     "Launcher",
     "Limits",
@@ -40,6 +45,7 @@ __all__ = [
     "set_default_pool",
 ]
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _pool: SandboxPool | None = None
 _pool_pid: int | None = None
@@ -51,9 +57,18 @@ def default_pool() -> SandboxPool:
     with _lock:
         # After os.fork the inherited pool's pipes belong to the parent.
         if _pool is None or _pool_pid != os.getpid():
-            _pool = SandboxPool()
+            _pool = SandboxPool(launcher=default_launcher())
             _pool_pid = os.getpid()
         return _pool
+
+
+def default_launcher() -> Launcher:
+    """bwrap when this machine can run it, else the plain forked worker (with a warning)."""
+    ok, reason = bwrap.probe()
+    if ok:
+        return bwrap.BwrapLauncher()
+    log.warning("sandbox: falling back to plain forked workers (rlimits only, no namespaces): %s", reason)
+    return PlainLauncher()
 
 
 def set_default_pool(pool: SandboxPool | None) -> SandboxPool | None:

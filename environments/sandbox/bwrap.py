@@ -74,8 +74,11 @@ class BwrapLauncher:
 
     name = "bwrap"
 
-    def __init__(self, bwrap: str | None = None, python: str | None = None) -> None:
+    def __init__(self, bwrap: str | None = None, python: str | None = None, tmpfs_bytes: int = 256 << 20) -> None:
+        """tmpfs_bytes: size of the sandbox's memory-backed /tmp, which holds every
+        job's work directory; it bounds what a file bomb can consume."""
         self._bwrap = bwrap or shutil.which("bwrap") or "bwrap"
+        self._tmpfs_bytes = tmpfs_bytes
         self._python = python or _system_python()
         self._root = os.geteuid() == 0
 
@@ -85,7 +88,8 @@ class BwrapLauncher:
             "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
             "--hostname", "sandbox",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", str(self._tmpfs_bytes), "--tmpfs", "/tmp",
             # Directories bwrap creates are 0700 by default; the job uid must
             # traverse those holding the runtime.
             "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/etc",

@@ -21,6 +21,7 @@ import secrets
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import Any, Protocol
@@ -164,8 +165,6 @@ class PlainLauncher:
 
 
 def _system_python() -> str:
-    import sys
-
     # The worker needs only the standard library; the resolved interpreter
     # avoids venv indirection (and lets a sandbox bind just its prefix).
     return os.path.realpath(sys.executable)
@@ -351,6 +350,8 @@ def _to_result(response: dict[str, Any], nonce: str) -> JobResult:
         return JobResult(Status.SANDBOX_ERROR, detail="worker answered with the wrong nonce")
     if "worker_error" in response:
         return JobResult(Status.SANDBOX_ERROR, detail=f"worker failed: {response['worker_error']}")
+    if "setup_error" in response:
+        return JobResult(Status.SANDBOX_ERROR, detail=response["setup_error"])
     common = dict(
         exit_code=response["exit_code"],
         signal=response["signal"],

@@ -42,6 +42,7 @@ MAX_RESULT_BYTES = 4 << 20
 MAX_SNAPSHOT_FILES = 256
 MAX_SNAPSHOT_FILE_BYTES = 64 << 10
 _RESULT_FD = 3
+_SETUP_FD = 4
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -162,8 +163,13 @@ def _apply_limits(limits: dict, timeout_s: float) -> None:
         resource.setrlimit(which, value)
 
 
-def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int) -> None:
-    """Runs in the forked child; never returns."""
+def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int, setup_w: int) -> None:
+    """Runs in the forked child; never returns.
+
+    Setup failures are reported on the setup pipe, which is closed before any
+    job code runs (and is close-on-exec for shell jobs): a job cannot forge a
+    setup failure to have its attempt discarded as an infrastructure error.
+    """
     try:
         os.setsid()
         # SIGXFSZ stays ignored (as Python sets it) so oversized writes fail with
@@ -175,7 +181,9 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int) -> None:
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         os.dup2(res_w, _RESULT_FD, inheritable=False)
-        os.closerange(_RESULT_FD + 1, 1 << 16)
+        os.dup2(setup_w, _SETUP_FD, inheritable=False)
+        setup_w = _SETUP_FD
+        os.closerange(_SETUP_FD + 1, 1 << 16)
         os.chdir(workdir)
         _apply_limits(job["limits"], job["timeout_s"])
         if os.getuid() == 0 and cfg.get("uid") is not None:
@@ -187,6 +195,7 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int) -> None:
         os.environ.update(env)
         if job["kind"] == "shell":
             os.execve("/bin/sh", ["sh", "-c", job["script"]], env)
+        os.close(setup_w)
         nonce = job.pop("nonce")
         payload = _run_python(job)
         payload["nonce"] = nonce
@@ -201,9 +210,11 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int) -> None:
             frame = encode_frame({"nonce": nonce, "phase": "encode", "error": _last_line(e), "error_type": type(e).__name__})
         _write_all(_RESULT_FD, frame)
         os._exit(0)
-    except MemoryError:
-        os._exit(75)
-    except BaseException:
+    except BaseException as e:
+        try:
+            _write_all(setup_w, f"job setup failed: {_last_line(e)}".encode("utf-8", "replace"))
+        except BaseException:
+            pass
         os._exit(70)
     finally:
         os._exit(71)
@@ -311,6 +322,18 @@ def _reap(cfg: dict, job_uid: int | None) -> None:
         time.sleep(0.001)
 
 
+def _reap_children() -> None:
+    """Collects exited descendants (the worker is their subreaper) so zombies
+    never pile up and count against the job uid's RLIMIT_NPROC."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def run_job(job: dict, cfg: dict) -> dict:
     """Runs one job in a forked child and returns the response frame."""
     start = time.monotonic()
@@ -322,14 +345,23 @@ def run_job(job: dict, cfg: dict) -> dict:
         _write_files(workdir, job.get("files") or {}, uid, cfg.get("gid"))
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
+        setup_r, setup_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(res_r)
             os.close(out_r)
-            _child(job, cfg, workdir, res_w, out_w)
+            os.close(setup_r)
+            _child(job, cfg, workdir, res_w, out_w, setup_w)
         os.close(res_w)
         os.close(out_w)
+        os.close(setup_w)
         response = _supervise(job, pid, res_r, out_r, start)
+        # The child is dead and was the only writer: this read cannot block.
+        with os.fdopen(setup_r, "rb") as f:
+            setup_error = f.read(4096)
+        if setup_error:
+            response["setup_error"] = setup_error.decode("utf-8", "replace")
+        _reap_children()
         if job["limits"]["processes"] > 0:
             _reap(cfg, uid)
         if job.get("collect_files"):
@@ -433,12 +465,15 @@ def _parse_result(data: bytes, overflow: bool, nonce: str) -> tuple[dict | None,
     return payload, None
 
 
-def _set_parent_death_signal() -> None:
-    """Dies with the host even when it is SIGKILLed (Linux prctl PR_SET_PDEATHSIG)."""
+def _prctl_setup() -> None:
+    """Dies with the host even when it is SIGKILLed (PR_SET_PDEATHSIG), and
+    adopts orphaned job processes (PR_SET_CHILD_SUBREAPER) so it can reap them."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
 
@@ -451,7 +486,7 @@ _PRELOAD = ("bisect", "collections", "fractions", "functools", "heapq", "itertoo
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    _set_parent_death_signal()
+    _prctl_setup()
     for module in _PRELOAD:
         __import__(module)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)

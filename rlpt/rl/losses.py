@@ -1,18 +1,25 @@
-"""Policy losses, KL estimators and loss aggregation.
+"""Policy losses, KL estimators, entropy and loss aggregation.
 
 Shapes: B sequences, T completion tokens; ``mask_BxT`` is 1 on tokens the
 policy generated (and that are trained), 0 elsewhere. Log-probs are natural
 logarithms in fp32.
+
+Aggregations take the GLOBAL counts of the whole batch (``num_tokens``: masked
+tokens, ``num_seqs``: sequences with at least one masked token), so a loss
+computed per minibatch or per data-parallel shard sums to the full-batch loss.
+Use ``loss_counts(mask_BxT)`` on the full batch to get them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from rlpt.rl.registry import Registry, lookup
+from rlpt.sampling.logits import SamplingParams, processed_logprobs
 
 POLICY_LOSSES = Registry("policy loss")
 KL_ESTIMATORS = Registry("KL estimator")
@@ -21,13 +28,27 @@ AGGREGATIONS = Registry("loss aggregation")
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-  """Hyperparameters of the policy objective (static in the jitted step)."""
+  """Hyperparameters of the policy objective (static in the jitted step).
+
+  clip_eps: PPO trust region; the lower bound 1 - clip_eps for every clipped loss.
+  clip_eps_high: upper bound 1 + clip_eps_high, read by ``asym_clip`` (DAPO
+    clip-higher, 0.28) and ``gspo`` (the GSPO paper uses clip_eps=3e-4,
+    clip_eps_high=4e-4 because sequence ratios stay close to 1).
+  dual_clip_c: for A < 0, ``dual_clip`` caps the loss at c * |A| (c > 1).
+  kl_beta: KL-in-the-loss coefficient (0 disables it, e.g. with KL in the reward).
+  entropy_coef: entropy bonus weight; > 0 requires ``entropy_BxT``.
+  norm_len: the fixed length of ``seq-mean-token-sum-norm``; None uses T.
+  """
 
   policy_loss: str = "ppo_clip"
   clip_eps: float = 0.2
+  clip_eps_high: float = 0.28
+  dual_clip_c: float = 3.0
   kl_beta: float = 0.04
   kl_estimator: str = "k3"
   aggregation: str = "token-mean"
+  entropy_coef: float = 0.0
+  norm_len: int | None = None
 
   def __post_init__(self):
     lookup(POLICY_LOSSES, self.policy_loss)
@@ -35,19 +56,89 @@ class LossConfig:
     lookup(AGGREGATIONS, self.aggregation)
     if not 0.0 < self.clip_eps < 1.0:
       raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}.")
+    if not self.clip_eps_high > 0.0:
+      raise ValueError(f"clip_eps_high must be > 0, got {self.clip_eps_high}.")
+    if not self.dual_clip_c > 1.0:
+      raise ValueError(f"dual_clip_c must be > 1 (the bound c*|A| lies beyond the PPO clip), "
+                       f"got {self.dual_clip_c}.")
     if self.kl_beta < 0:
       raise ValueError(f"kl_beta must be >= 0, got {self.kl_beta}.")
+    if self.entropy_coef < 0:
+      raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef}.")
+    if self.norm_len is not None and self.norm_len < 1:
+      raise ValueError(f"norm_len must be >= 1 (or None for T), got {self.norm_len}.")
+
+
+# ----------------------------------------------------------------------------
+# Policy losses: fn(logp_BxT, old_logp_BxT, adv_BxT, cfg, mask_BxT=None)
+#   -> (loss_BxT, aux dict of [B, T] arrays). aux always has "ratio" and "clip_frac".
+
+
+def _clipped_surrogate(ratio, adv_BxT, low, high):
+  unclipped = ratio * adv_BxT
+  clipped = jnp.clip(ratio, 1.0 - low, 1.0 + high) * adv_BxT
+  return -jnp.minimum(unclipped, clipped), (unclipped > clipped).astype(jnp.float32)
 
 
 @POLICY_LOSSES.register("ppo_clip")
-def ppo_clip(logp_BxT, old_logp_BxT, adv_BxT, cfg: LossConfig):
+def ppo_clip(logp_BxT, old_logp_BxT, adv_BxT, cfg: LossConfig, mask_BxT=None):
   """Per-token clipped surrogate loss -min(r A, clip(r, 1-e, 1+e) A)."""
+  del mask_BxT
   ratio = jnp.exp(logp_BxT - old_logp_BxT)
-  unclipped = ratio * adv_BxT
-  clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv_BxT
-  loss = -jnp.minimum(unclipped, clipped)
-  clip_frac = (unclipped > clipped).astype(jnp.float32)
+  loss, clip_frac = _clipped_surrogate(ratio, adv_BxT, cfg.clip_eps, cfg.clip_eps)
   return loss, {"ratio": ratio, "clip_frac": clip_frac}
+
+
+@POLICY_LOSSES.register("dual_clip")
+def dual_clip(logp_BxT, old_logp_BxT, adv_BxT, cfg: LossConfig, mask_BxT=None):
+  """Dual-clip PPO (Ye et al. 2020): PPO clip, and for A < 0 the loss is capped at c|A|.
+
+  With A < 0 and a huge ratio (a token the old policy found unlikely) the PPO
+  loss -r A grows without bound; the cap keeps one stale token from dominating.
+  """
+  del mask_BxT
+  ratio = jnp.exp(logp_BxT - old_logp_BxT)
+  loss, clip_frac = _clipped_surrogate(ratio, adv_BxT, cfg.clip_eps, cfg.clip_eps)
+  cap = -cfg.dual_clip_c * adv_BxT
+  neg = adv_BxT < 0
+  dual = (neg & (loss > cap)).astype(jnp.float32)
+  loss = jnp.where(neg, jnp.minimum(loss, cap), loss)
+  return loss, {"ratio": ratio, "clip_frac": clip_frac, "dual_clip_frac": dual}
+
+
+@POLICY_LOSSES.register("asym_clip")
+def asym_clip(logp_BxT, old_logp_BxT, adv_BxT, cfg: LossConfig, mask_BxT=None):
+  """DAPO clip-higher: clip(r, 1 - clip_eps, 1 + clip_eps_high).
+
+  A wider upper bound lets low-probability tokens with A > 0 grow, which
+  counters entropy collapse.
+  """
+  del mask_BxT
+  ratio = jnp.exp(logp_BxT - old_logp_BxT)
+  loss, clip_frac = _clipped_surrogate(ratio, adv_BxT, cfg.clip_eps, cfg.clip_eps_high)
+  return loss, {"ratio": ratio, "clip_frac": clip_frac}
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo(logp_BxT, old_logp_BxT, adv_BxT, cfg: LossConfig, mask_BxT=None):
+  """GSPO (Zheng et al. 2025): one importance ratio per sequence, clipped per sequence.
+
+  s_i = exp(mean over i's masked tokens of (logp - old_logp)); the loss
+  -min(s_i A, clip(s_i, 1 - clip_eps, 1 + clip_eps_high) A) is placed on every
+  token of sequence i. Autodiff of the length-mean gives the paper's gradient
+  s_i A / |y_i| * grad log pi(y_t) on each token. Pair it with a seq-mean
+  aggregation so each sequence counts once.
+  """
+  m = (jnp.ones_like(logp_BxT) if mask_BxT is None else mask_BxT.astype(jnp.float32))
+  n_B = jnp.maximum(m.sum(axis=1), 1.0)
+  log_s_B = ((logp_BxT - old_logp_BxT) * m).sum(axis=1) / n_B
+  ratio = jnp.broadcast_to(jnp.exp(log_s_B)[:, None], logp_BxT.shape)
+  loss, clip_frac = _clipped_surrogate(ratio, adv_BxT, cfg.clip_eps, cfg.clip_eps_high)
+  return loss, {"ratio": ratio, "clip_frac": clip_frac}
+
+
+# ----------------------------------------------------------------------------
+# KL estimators of KL(pi || pi_ref), per token.
 
 
 @KL_ESTIMATORS.register("k1")
@@ -77,39 +168,130 @@ def kl_estimate(name: str, logp, ref_logp):
   return lookup(KL_ESTIMATORS, name)(logp, ref_logp)
 
 
-@AGGREGATIONS.register("token-mean")
-def token_mean(x_BxT, mask_BxT, num_tokens=None):
-  """Mean over all trained tokens of the batch.
+# ----------------------------------------------------------------------------
+# Aggregations: fn(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None) -> scalar.
+# Counts left as None are computed from this shard (only right for the whole batch).
 
-  ``num_tokens`` is the global count; passing it makes the result independent
-  of how the batch is split into minibatches or data-parallel shards.
+
+class LossCounts(NamedTuple):
+  """Global normalisers of the whole batch (float32 scalars)."""
+
+  num_tokens: jax.Array
+  num_seqs: jax.Array
+
+
+def loss_counts(mask_BxT) -> LossCounts:
+  """Counts of masked tokens and of sequences with at least one masked token."""
+  m = jnp.asarray(mask_BxT, jnp.float32)
+  return LossCounts(m.sum(), (m.sum(axis=1) > 0).sum().astype(jnp.float32))
+
+
+def _seqs(mask_BxT, num_seqs):
+  if num_seqs is None:
+    num_seqs = (mask_BxT.sum(axis=1) > 0).sum()
+  return jnp.maximum(jnp.asarray(num_seqs, jnp.float32), 1.0)
+
+
+@AGGREGATIONS.register("token-mean")
+def token_mean(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):
+  """Mean over all trained tokens of the batch: sum(x m) / num_tokens.
+
+  Long answers weigh more (each token counts once). ``num_seqs`` and
+  ``max_len`` are unused.
   """
+  del num_seqs, max_len
   denom = jnp.sum(mask_BxT) if num_tokens is None else num_tokens
   return jnp.sum(x_BxT * mask_BxT) / jnp.maximum(denom, 1.0)
 
 
-def aggregate(name: str, x_BxT, mask_BxT, num_tokens=None):
-  return lookup(AGGREGATIONS, name)(x_BxT, mask_BxT, num_tokens)
+@AGGREGATIONS.register("seq-mean-token-mean")
+def seq_mean_token_mean(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):
+  """Mean over sequences of each sequence's token mean (the original GRPO).
+
+  Every answer weighs the same whatever its length; empty rows contribute 0.
+  """
+  del num_tokens, max_len
+  n_B = jnp.maximum(mask_BxT.sum(axis=1), 1.0)
+  return jnp.sum((x_BxT * mask_BxT).sum(axis=1) / n_B) / _seqs(mask_BxT, num_seqs)
+
+
+@AGGREGATIONS.register("seq-mean-token-sum")
+def seq_mean_token_sum(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):
+  """Mean over sequences of each sequence's token sum: sum(x m) / num_seqs."""
+  del num_tokens, max_len
+  return jnp.sum(x_BxT * mask_BxT) / _seqs(mask_BxT, num_seqs)
+
+
+@AGGREGATIONS.register("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):
+  """Dr. GRPO: sum(x m) / (num_seqs * max_len) with a FIXED max_len (default T).
+
+  A constant length normaliser removes GRPO's bias toward long wrong answers
+  (a per-sequence 1/|y| shrinks their per-token penalty).
+  """
+  del num_tokens
+  length = x_BxT.shape[1] if max_len is None else max_len
+  return jnp.sum(x_BxT * mask_BxT) / (_seqs(mask_BxT, num_seqs) * float(length))
+
+
+def aggregate(name: str, x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):
+  return lookup(AGGREGATIONS, name)(x_BxT, mask_BxT, num_tokens, num_seqs, max_len)
+
+
+# ----------------------------------------------------------------------------
+# Entropy and the full objective.
+
+
+def entropy_from_logits(logits_BxTxV: jax.Array,
+                        sampling: SamplingParams | None = None) -> jax.Array:
+  """Entropy in nats [B, T] of the distribution tokens are sampled from.
+
+  ``sampling`` applies the sampler's temperature / top-k / top-p (None: the
+  raw softmax). Tokens filtered out have probability 0 and log-prob -inf;
+  they are excluded from the sum without producing NaN gradients.
+  """
+  if sampling is None:
+    logp = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
+  else:
+    logp = processed_logprobs(logits_BxTxV, sampling)
+  finite = jnp.isfinite(logp)
+  safe = jnp.where(finite, logp, 0.0)
+  p = jnp.where(finite, jnp.exp(safe), 0.0)
+  return -jnp.sum(p * safe, axis=-1)
 
 
 def policy_objective(logp_BxT, old_logp_BxT, ref_logp_BxT, adv_B, mask_BxT, cfg: LossConfig,
-                     num_tokens=None):
-  """Total policy loss (PG + beta * KL) and per-batch metrics.
+                     num_tokens=None, num_seqs=None, *, kl_coef=None, entropy_BxT=None):
+  """Total policy loss (PG + beta * KL - entropy_coef * H) and per-batch metrics.
 
-  ``adv_B`` is a per-sequence advantage broadcast over its tokens.
+  adv_B: per-sequence advantages [B] (broadcast over tokens) or per-token [B, T].
+  num_tokens, num_seqs: global counts of the whole batch (``loss_counts``).
+  kl_coef: a traced scalar replacing ``cfg.kl_beta`` (adaptive KL controller).
+  entropy_BxT: ``entropy_from_logits`` of the current policy; required when
+    ``cfg.entropy_coef > 0``, reported as a metric when given.
   """
   mask = mask_BxT.astype(jnp.float32)
-  adv_BxT = jnp.broadcast_to(adv_B[:, None], logp_BxT.shape)
-  pg_BxT, aux = POLICY_LOSSES[cfg.policy_loss](logp_BxT, old_logp_BxT, adv_BxT, cfg)
+  adv_BxT = adv_B if adv_B.ndim == 2 else jnp.broadcast_to(adv_B[:, None], logp_BxT.shape)
+  pg_BxT, aux = lookup(POLICY_LOSSES, cfg.policy_loss)(logp_BxT, old_logp_BxT, adv_BxT, cfg, mask)
   kl_BxT = kl_estimate(cfg.kl_estimator, logp_BxT, jax.lax.stop_gradient(ref_logp_BxT))
-  pg = aggregate(cfg.aggregation, pg_BxT, mask, num_tokens)
-  kl = aggregate(cfg.aggregation, kl_BxT, mask, num_tokens)
-  loss = pg + cfg.kl_beta * kl
-  metrics = {
-      "loss": loss,
-      "pg_loss": pg,
-      "kl": kl,
-      "clip_frac": aggregate(cfg.aggregation, aux["clip_frac"], mask, num_tokens),
-      "ratio_mean": aggregate(cfg.aggregation, aux["ratio"], mask, num_tokens),
-  }
+
+  def agg(x):
+    return aggregate(cfg.aggregation, x, mask, num_tokens, num_seqs, cfg.norm_len)
+
+  pg = agg(pg_BxT)
+  kl = agg(kl_BxT)
+  beta = cfg.kl_beta if kl_coef is None else kl_coef
+  loss = pg + beta * kl
+  metrics = {"pg_loss": pg, "kl": kl, "ratio_mean": agg(aux["ratio"])}
+  for key, value in aux.items():
+    if key != "ratio":
+      metrics[key] = agg(value)
+  if cfg.entropy_coef > 0 and entropy_BxT is None:
+    raise ValueError(f"entropy_coef={cfg.entropy_coef} > 0 needs entropy_BxT "
+                     "(entropy_from_logits of the policy's logits).")
+  if entropy_BxT is not None:
+    entropy = agg(entropy_BxT)
+    loss = loss - cfg.entropy_coef * entropy
+    metrics["entropy"] = entropy
+  metrics["loss"] = loss
   return loss, metrics

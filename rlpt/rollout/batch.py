@@ -15,18 +15,37 @@ import numpy as np
 from rlpt.tokenizers import Tokenizer
 
 
+def bucket_length(n: int, max_len: int, bucket: int) -> int:
+  """``n`` rounded up to a multiple of ``bucket``, at most ``max_len``.
+
+  Padding batches to a few bucket widths instead of the maximum keeps the
+  number of compiled shapes small without paying for the longest prompt
+  every step.
+  """
+  return min(max_len, -(-n // bucket) * bucket) if bucket else max_len
+
+
 def encode_prompts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int,
-                   domains: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """Right-padded [B, max_len] prompt ids (BOS first) and their lengths [B]."""
-  out = np.full((len(texts), max_len), tokenizer.pad_id, np.int32)
-  lengths = np.zeros((len(texts),), np.int32)
+                   domains: Sequence[str] | None = None,
+                   bucket: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """Right-padded [B, P] prompt ids (BOS first) and their lengths [B].
+
+  P is ``max_len``, or with ``bucket`` > 0 the longest prompt rounded up to a
+  multiple of ``bucket`` (never more than ``max_len``).
+  """
+  encoded = []
   for i, text in enumerate(texts):
     ids = [tokenizer.bos_id] + tokenizer.encode(text)
     if len(ids) > max_len:
       where = f" from domain '{domains[i]}'" if domains is not None else ""
       raise ValueError(
-          f"prompt{where} has {len(ids)} tokens (with BOS) but rollout.max_prompt_len is "
-          f"{max_len}: {text[:80]!r}... Raise rollout.max_prompt_len.")
+          f"prompt{where} has {len(ids)} tokens (with BOS) but the limit "
+          f"(rollout.max_prompt_len) is {max_len}: {text[:80]!r}")
+    encoded.append(ids)
+  width = bucket_length(max((len(e) for e in encoded), default=1), max_len, bucket)
+  out = np.full((len(texts), width), tokenizer.pad_id, np.int32)
+  lengths = np.zeros((len(texts),), np.int32)
+  for i, ids in enumerate(encoded):
     out[i, :len(ids)] = ids
     lengths[i] = len(ids)
   return out, lengths

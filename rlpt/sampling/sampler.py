@@ -65,18 +65,19 @@ class Sampler:
   pad_id: int
   stop_ids: tuple[int, ...]
 
-  @property
-  def cache_len(self) -> int:
-    return self.max_prompt_len + self.max_new_tokens
-
   def generate(self, params: nnx.State, prompts_BxP: np.ndarray | jax.Array,
                prompt_lengths_B: np.ndarray | jax.Array, rng: jax.Array,
                sampling: SamplingParams) -> SampleOutput:
-    """Samples completions for right-padded prompts (each starting with BOS)."""
+    """Samples completions for right-padded prompts (each starting with BOS).
+
+    The prompt buffer width P may be anything up to ``max_prompt_len``; each
+    distinct P compiles once, so callers bucket it (see encode_prompts).
+    """
     b, p = prompts_BxP.shape
-    if p != self.max_prompt_len:
-      raise ValueError(f"prompts have length {p}; this sampler expects {self.max_prompt_len}.")
-    cache = init_cache(self.model_cfg, b, self.cache_len)
+    if p > self.max_prompt_len:
+      raise ValueError(f"prompt buffer has width {p}; this sampler allows at most "
+                       f"{self.max_prompt_len}.")
+    cache = init_cache(self.model_cfg, b, p + self.max_new_tokens)
     logits_BxV, cache = _prefill(self, params, jnp.asarray(prompts_BxP, jnp.int32),
                                  jnp.asarray(prompt_lengths_B, jnp.int32), cache)
     state = _DecodeState(
@@ -98,9 +99,9 @@ class Sampler:
 def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
   model = nnx.merge(sampler.graphdef, params)
   b, p = prompts_BxP.shape
+  s = cache.k.shape[2]
   positions_BxP = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
-  key_pos_BxS = jnp.broadcast_to(jnp.arange(sampler.cache_len, dtype=jnp.int32),
-                                 (b, sampler.cache_len))
+  key_pos_BxS = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
   mask = causal_mask(positions_BxP, key_pos_BxS, key_pos_BxS < lengths_B[:, None])
   logits_BxPxV, cache = model(prompts_BxP, positions_BxP, mask, cache,
                               jnp.zeros((b,), jnp.int32))
@@ -112,8 +113,8 @@ def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
 def _decode(sampler: Sampler, params, state: _DecodeState, sampling: SamplingParams):
   model = nnx.merge(sampler.graphdef, params)
   b = state.done_B.shape[0]
-  key_pos_BxS = jnp.broadcast_to(jnp.arange(sampler.cache_len, dtype=jnp.int32),
-                                 (b, sampler.cache_len))
+  s_len = state.cache.k.shape[2]
+  key_pos_BxS = jnp.broadcast_to(jnp.arange(s_len, dtype=jnp.int32), (b, s_len))
   stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
 
   def cond(s: _DecodeState):

@@ -1,7 +1,6 @@
 """Code domains: grading model-written expressions in the sandbox."""
 
 import concurrent.futures
-import os
 import time
 
 import gymnasium

@@ -111,3 +111,21 @@ def test_shell_job_returns_workspace(pool):
 def test_environments_never_import_jax():
     code = "import sys, environments; assert not any(m.split('.')[0] in ('jax', 'jaxlib', 'flax') for m in sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+
+def test_job_setup_failure_is_an_infra_error(pool):
+    # An impossible rlimit makes the child's setup fail before any job code runs.
+    result = pool.run(PythonJob(source="x = 1", limits=Limits(open_files=-7)))
+    assert result.status is Status.SANDBOX_ERROR and "setup failed" in result.detail
+    assert _values(pool.run(ADD1)) == [2, 42]
+
+
+def test_default_launcher_falls_back_with_a_warning(monkeypatch, caplog):
+    from environments import sandbox
+    from environments.sandbox import PlainLauncher, bwrap
+
+    monkeypatch.setattr(bwrap, "probe", lambda: (False, "no namespaces here"))
+    with caplog.at_level("WARNING"):
+        launcher = sandbox.default_launcher()
+    assert isinstance(launcher, PlainLauncher)
+    assert "no namespaces here" in caplog.text

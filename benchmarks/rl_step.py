@@ -1,0 +1,80 @@
+r"""Sampler decode throughput and RL step time for an experiment config.
+
+    python benchmarks/rl_step.py [--config=experiments/grpo_default.py] [--steps=10]
+
+Decode throughput: the config's batch decodes exactly ``max_new_tokens`` tokens
+(stop tokens disabled) after one warm-up call; median of 3. Step time: full
+RL steps (rollout, environments, reference pass, update) after 2 warm-up
+steps; median and breakdown. Uses the config's base model (built and cached on
+first use, as `make train` does).
+"""
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "experiments", "grpo_default.py"),
+    "Experiment config.", lock_config=True)
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed RL steps.")
+
+
+def main(_):
+  from rlpt.config import TrainConfig, from_config_dict
+  from rlpt.sampling import Sampler, SamplingParams
+  from rlpt.trainer import Trainer
+
+  cd = _CONFIG.value
+  with cd.unlocked():
+    cd.progress = False
+  cfg = from_config_dict(TrainConfig, cd)
+  trainer = Trainer(cfg, tempfile.mkdtemp(prefix="rlpt-bench-"))
+  ro = cfg.rollout
+  print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; "
+        f"model {trainer.model_cfg.num_params() / 1e6:.2f}M params; batch {ro.batch_size} "
+        f"completions x {ro.max_new_tokens} new tokens")
+
+  # Decode throughput with no early stop: every row generates max_new_tokens.
+  sampler = Sampler(trainer.graphdef, trainer.model_cfg, ro.max_prompt_len, ro.max_new_tokens,
+                    trainer.tokenizer.pad_id, ())
+  prompts = trainer.pool.reset(trainer.task_sampler.sample(ro.batch_size))
+  from rlpt.rollout import encode_prompts
+  ids, lengths = encode_prompts([p.text for p in prompts], trainer.tokenizer, ro.max_prompt_len,
+                                bucket=16)
+  sampling = SamplingParams(ro.temperature, ro.top_k, ro.top_p)
+  times = []
+  for i in range(4):
+    t = time.perf_counter()
+    out = sampler.generate(trainer.state.params, ids, lengths, jax.random.key(i), sampling)
+    jax.block_until_ready(out)
+    if i:
+      times.append(time.perf_counter() - t)
+  n_tokens = ro.batch_size * ro.max_new_tokens
+  print(f"sampler: {n_tokens / statistics.median(times):,.0f} tokens/s "
+        f"({statistics.median(times) * 1e3:.0f} ms per call of {n_tokens} tokens, "
+        f"prompt buffer {ids.shape[1]})")
+
+  for _ in range(2):
+    trainer.train_step()
+  rows = [trainer.train_step() for _ in range(_STEPS.value)]
+  keys = ["time/step", "time/generate", "time/environments", "time/reference", "time/update"]
+  med = {k: statistics.median(r[k] for r in rows) for k in keys}
+  print(f"RL step: {med['time/step']:.3f} s median over {len(rows)} steps "
+        f"(generate {med['time/generate']:.3f}, environments {med['time/environments']:.3f}, "
+        f"reference {med['time/reference']:.3f}, update {med['time/update']:.3f})")
+  print(f"rollout generation: {np.median([r['throughput/generated_tokens_per_s'] for r in rows]):,.0f} "
+        "tokens/s (with early stop)")
+  trainer.close()
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,119 @@
+"""Long-context retrieval over generated documents.
+
+Variants:
+  kv      -- "key-4821: 73915" records; return the value of one key.
+  needle  -- filler prose hiding "The access code is 83921."; return the code.
+  hop     -- "key-a points to key-b" links; follow a key two hops, return the
+             final key.
+  count   -- records tagged with colours; count the records of one colour.
+Document length (in characters) sets the difficulty; `register_length` adds
+domains of any other length (e.g. for context-length curricula).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from environments import registry
+from environments.registry import Domain, DomainSpec
+from environments.verdicts import Grade, Task, failed, malformed, passed
+
+_WORDS = ("the", "a", "report", "shows", "market", "river", "north", "quiet", "green", "engine", "paper", "stone", "falls", "slowly", "under", "bright", "winter", "signal", "garden", "moves")
+_COLOURS = ("red", "blue", "green", "amber")
+# Registered lengths (characters of document) and their difficulty.
+LENGTHS = {1024: "easy", 2048: "easy", 4096: "medium", 8192: "medium", 16384: "hard", 32768: "hard", 65536: "hard"}
+_TOKEN_RE = re.compile(r"^[a-z0-9-]{1,32}$")
+
+
+def _key(rng: np.random.Generator) -> str:
+    return f"key-{int(rng.integers(1000, 10000))}"
+
+
+def _records(rng: np.random.Generator, chars: int, line) -> list[str]:
+    lines, used = [], 0
+    while used < chars:
+        text = line()
+        lines.append(text)
+        used += len(text) + 1
+    return lines
+
+
+def _kv(rng, chars):
+    keys, lines = set(), []
+    for text in _records(rng, chars, lambda: f"{_key(rng)}: {int(rng.integers(10000, 100000))}"):
+        k = text.split(":")[0]
+        if k not in keys:  # unique keys: the answer is unambiguous
+            keys.add(k)
+            lines.append(text)
+    target = lines[int(rng.integers(len(lines)))]
+    k, v = target.split(": ")
+    return "\n".join(lines), f"What is the value of {k}?", v
+
+
+def _needle(rng, chars):
+    sentences = _records(rng, chars, lambda: " ".join(rng.choice(_WORDS, size=int(rng.integers(5, 12)))) + ".")
+    code = str(int(rng.integers(10000, 100000)))
+    sentences.insert(int(rng.integers(len(sentences) + 1)), f"The access code is {code}.")
+    return " ".join(sentences), "What is the access code?", code
+
+
+def _hop(rng, chars):
+    n = max(4, chars // 28)
+    keys = list(dict.fromkeys(_key(rng) for _ in range(2 * n)))[:n]
+    nxt = {k: keys[int(rng.integers(len(keys)))] for k in keys}
+    lines = [f"{k} points to {nxt[k]}" for k in keys]
+    start = keys[int(rng.integers(len(keys)))]
+    return "\n".join(lines), f"Start at {start} and follow the pointer twice. Which key do you reach?", nxt[nxt[start]]
+
+
+def _count(rng, chars):
+    lines = _records(rng, chars, lambda: f"{_key(rng)} is {_COLOURS[int(rng.integers(len(_COLOURS)))]}")
+    colour = _COLOURS[int(rng.integers(len(_COLOURS)))]
+    return "\n".join(lines), f"How many records are {colour}?", str(sum(line.endswith(f" {colour}") for line in lines))
+
+
+_VARIANTS = {"kv": _kv, "needle": _needle, "hop": _hop, "count": _count}
+
+
+class RetrievalDomain(Domain):
+    answer_format = "a single token such as 73915 or key-1234"
+
+    def __init__(self, spec: DomainSpec, variant: str, chars: int) -> None:
+        self.spec = spec
+        self._make = _VARIANTS[variant]
+        self._chars = chars
+
+    def sample(self, rng: np.random.Generator) -> Task:
+        document, question, answer = self._make(rng, self._chars)
+        prompt = f"{document}\nQ: {question}\nA: "
+        return Task(key=f"longctx:{prompt}", prompt=prompt, demonstration=answer, hidden=answer, retry_cue="A: ")
+
+    def grade(self, task: Task, answer: str) -> Grade:
+        if not _TOKEN_RE.match(answer.lower()):
+            return malformed(f"expected {self.answer_format}, got {answer[:20]!r}")
+        return passed() if answer.lower() == task.hidden else failed("wrong answer")
+
+
+def register_length(chars: int, difficulty: str = "hard") -> list[DomainSpec]:
+    """Registers every variant at document length `chars` (ids "...-<k>k-...")."""
+    specs = []
+    for variant in _VARIANTS:
+        size = f"{chars // 1024}k" if chars % 1024 == 0 else str(chars)
+        spec = DomainSpec(
+            id=f"rlpt/longctx-{variant}-{size}-{difficulty}-v0",
+            family="longctx",
+            difficulty=difficulty,
+            tags=("longctx", "retrieval", variant, f"chars-{chars}"),
+            max_prompt_chars=chars + 256,
+            max_answer_chars=32,
+            description=f"{variant} retrieval over a ~{chars}-character document",
+        )
+        registry.register(RetrievalDomain(spec, variant, chars))
+        specs.append(spec)
+    return specs
+
+
+for _chars, _difficulty in LENGTHS.items():
+    register_length(_chars, _difficulty)

@@ -1,0 +1,147 @@
+"""Shell tasks in an isolated workspace, graded on the final workspace state.
+
+Prompt: the workspace listing, the task, and a "$ " cue; the answer is one
+shell command line, run with /bin/sh in the sandbox (`ShellJob`). The grader
+compares the returned workspace snapshot with the state the host computed:
+required files must hold the required content (surrounding whitespace
+ignored), removed files must be gone, and every other file must be unchanged
+(so `rm -rf *` or clobbering inputs fails). Difficulty adds distractor files
+and longer inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from environments import registry, sandbox
+from environments.registry import Domain, DomainSpec
+from environments.verdicts import Grade, Task, Verdict, failed, passed
+
+TIMEOUT_S = 2.0
+_NAMES = ("alpha", "beta", "gamma", "delta", "omega", "notes", "data", "report", "log", "main")
+_WORDS = ("apple", "pear", "fig", "kiwi", "plum", "lime", "date", "grape")
+# (distractor files, lines per data file) per difficulty.
+_SIZES = {"easy": (0, 3), "medium": (3, 8), "hard": (8, 20)}
+
+
+def _lines(rng: np.random.Generator, n: int) -> str:
+    return "".join(f"{_WORDS[int(i)]}\n" for i in rng.integers(0, len(_WORDS), size=n))
+
+
+def _workspace(rng: np.random.Generator, distractors: int, n_lines: int, wanted: list[str]) -> dict[str, str]:
+    files = {name: _lines(rng, n_lines) for name in wanted}
+    for name in rng.choice(_NAMES, size=distractors, replace=False):
+        files.setdefault(f"{name}.dat", _lines(rng, 2))
+    return files
+
+
+def _task(variant: str, rng: np.random.Generator, distractors: int, n_lines: int):
+    """(files, instruction, demonstration, expected {path: content|None})."""
+    a, b = (str(x) for x in rng.choice(_NAMES, size=2, replace=False))
+    word = _WORDS[int(rng.integers(len(_WORDS)))]
+    if variant == "create":
+        files = _workspace(rng, distractors, n_lines, [])
+        return files, f"create {a}.txt containing the word {word}", f"echo {word} > {a}.txt", {f"{a}.txt": word}
+    if variant == "rename":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
+        return files, f"rename {a}.txt to {b}.txt", f"mv {a}.txt {b}.txt", {f"{a}.txt": None, f"{b}.txt": files[f"{a}.txt"]}
+    if variant == "delete":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.log", f"{b}.log"])
+        return files, "delete every .log file", "rm -f *.log", {f"{a}.log": None, f"{b}.log": None}
+    if variant == "count":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
+        n = files[f"{a}.txt"].count("\n")
+        return files, f"write the number of lines of {a}.txt into count.txt", f"wc -l < {a}.txt > count.txt", {"count.txt": str(n)}
+    if variant == "upper":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
+        return files, f"write {a}.txt in upper case into out.txt", f"tr a-z A-Z < {a}.txt > out.txt", {"out.txt": files[f"{a}.txt"].upper()}
+    if variant == "sort":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
+        body = "".join(sorted(files[f"{a}.txt"].splitlines(keepends=True)))
+        return files, f"write the lines of {a}.txt sorted into sorted.txt", f"sort {a}.txt > sorted.txt", {"sorted.txt": body}
+    if variant == "grep":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
+        hits = "".join(line for line in files[f"{a}.txt"].splitlines(keepends=True) if word in line)
+        return files, f"write the lines of {a}.txt containing {word} into hits.txt", f"grep {word} {a}.txt > hits.txt", {"hits.txt": hits}
+    if variant == "concat":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.txt", f"{b}.txt"])
+        both = files[f"{a}.txt"] + files[f"{b}.txt"]
+        return files, f"concatenate {a}.txt then {b}.txt into all.txt", f"cat {a}.txt {b}.txt > all.txt", {"all.txt": both}
+    if variant == "copy":
+        files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
+        return files, f"copy {a}.txt into a new directory {b}/", f"mkdir {b} && cp {a}.txt {b}/", {f"{b}/{a}.txt": files[f"{a}.txt"]}
+    if variant == "mkdir":
+        files = _workspace(rng, distractors, n_lines, [])
+        return files, f"create the directory {a}/{b}/{word}", f"mkdir -p {a}/{b}/{word}", {f"{a}/{b}/{word}": "<dir>"}
+    raise ValueError(f"unknown terminal variant {variant!r}")
+
+
+VARIANTS = ("create", "rename", "delete", "count", "upper", "sort", "grep", "concat", "copy", "mkdir")
+
+
+def _check(snapshot: dict, files: dict[str, str], expected: dict[str, str | None]) -> str | None:
+    """None if the workspace is right, else the first problem found."""
+    for path, want in expected.items():
+        got = snapshot.get(path)
+        if want is None:
+            if got is not None:
+                return f"{path} should not exist"
+        elif want == "<dir>":
+            if not got or got["type"] != "dir":
+                return f"directory {path} is missing"
+        elif not got or got["type"] != "file":
+            return f"file {path} is missing"
+        elif got["data"].strip() != want.strip():
+            return f"{path} has the wrong content"
+    for path, content in files.items():
+        if path in expected:
+            continue
+        got = snapshot.get(path)
+        if not got or got.get("data") != content:
+            return f"{path} was changed or removed but should be left alone"
+    return None
+
+
+class ShellTaskDomain(Domain):
+    answer_format = "one shell command line, such as: sort a.txt > b.txt"
+
+    def __init__(self, spec: DomainSpec, variant: str, size: tuple[int, int]) -> None:
+        self.spec = spec
+        self._variant = variant
+        self._size = size
+
+    def sample(self, rng: np.random.Generator) -> Task:
+        files, instruction, demo, expected = _task(self._variant, rng, *self._size)
+        prompt = f"files: {' '.join(sorted(files))}\ntask: {instruction}\n$ "
+        return Task(key=f"terminal:{prompt}", prompt=prompt, demonstration=demo, hidden=(files, expected), retry_cue="$ ")
+
+    def grade(self, task: Task, answer: str) -> Grade:
+        files, expected = task.hidden
+        result = sandbox.run(sandbox.ShellJob(script=answer, files=files, timeout_s=TIMEOUT_S))
+        if result.status is sandbox.Status.SANDBOX_ERROR:
+            return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure: {result.detail}")
+        if result.status is sandbox.Status.TIMEOUT:
+            return Grade(Verdict.TIMEOUT, 0.0, f"time limit of {TIMEOUT_S:g}s exceeded")
+        problem = _check(result.files or {}, files, expected)
+        if problem is None:
+            return passed()
+        tail = result.output.strip().splitlines()[-1:] if result.exit_code else []
+        return failed(problem + (f" (shell said: {tail[0][:120]})" if tail else ""))
+
+
+def _register() -> None:
+    for variant in VARIANTS:
+        for difficulty, size in _SIZES.items():
+            spec = DomainSpec(
+                id=f"rlpt/terminal-{variant}-{difficulty}-v0",
+                family="terminal",
+                difficulty=difficulty,
+                tags=("terminal", "shell", "sandbox", variant),
+                max_prompt_chars=256,
+                max_answer_chars=128,
+                description=f"shell task '{variant}' graded on the final workspace",
+            )
+            registry.register(ShellTaskDomain(spec, variant, size))
+
+
+_register()

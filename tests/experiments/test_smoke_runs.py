@@ -1,0 +1,56 @@
+"""Every experiment config runs end to end at its ``:smoke`` size (1-2 steps)."""
+
+import glob
+import importlib
+import json
+import os
+
+import pytest
+
+from rlpt.config import PretrainConfig, TrainConfig, from_config_dict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXPERIMENTS = sorted(
+    os.path.splitext(os.path.basename(p))[0]
+    for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
+    if not os.path.basename(p).startswith("_") and os.path.basename(p) != "domains.py")
+
+
+@pytest.fixture(scope="module")
+def base_cache(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("bases"))
+
+
+def test_every_experiment_is_collected():
+  assert "grpo_default" in EXPERIMENTS and "pretrain_base" in EXPERIMENTS
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_smoke_run(name, tmp_path, base_cache, monkeypatch):
+  monkeypatch.chdir(ROOT)
+  module = importlib.import_module(f"experiments.{name}")
+  cd = module.get_config("smoke")
+  if module.RUNNER == "pretrain":
+    from rlpt.pretrain import pretrain
+    cfg = from_config_dict(PretrainConfig, cd)
+    path = pretrain(cfg, str(tmp_path), progress=False)
+    assert os.path.exists(os.path.join(path, "model.json"))
+    rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+    assert rows[-1]["step"] == cfg.steps and rows[-1]["loss"] < rows[0]["loss"]
+    return
+  assert module.RUNNER == "train", f"experiments/{name}.py: RUNNER must be 'train' or 'pretrain'"
+  cd.base.cache_dir = base_cache
+  cd.progress = False
+  cfg = from_config_dict(TrainConfig, cd)
+  from rlpt.trainer import train
+  result = train(cfg, str(tmp_path))
+  rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+  train_rows = [r for r in rows if r["kind"] == "train"]
+  assert [r["step"] for r in train_rows] == list(range(1, cfg.steps + 1))
+  for r in train_rows:
+    assert r["infra_errors"] == 0
+    assert 0.0 <= r["reward/mean"] <= 1.0
+    assert r["time/generate"] > 0 and r["throughput/generated_tokens_per_s"] > 0
+  assert os.path.getsize(tmp_path / "eval_success.png") > 1000
+  assert "| mean |" in result["table"]
+  assert os.listdir(tmp_path / "tensorboard")

@@ -1,0 +1,30 @@
+"""The notebooks execute top to bottom, so they cannot rot."""
+
+import glob
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+
+
+def test_there_is_a_quickstart():
+  assert any(p.endswith("quickstart.ipynb") for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_executes(path, tmp_path, monkeypatch):
+  monkeypatch.setenv("MPLBACKEND", "Agg")
+  nb = nbformat.read(path, as_version=4)
+  client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                          resources={"metadata": {"path": os.path.dirname(path)}})
+  client.execute()
+  errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if o.get("output_type") == "error"]
+  assert not errors
+  printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                    for o in c.get("outputs", []) if o.get("output_type") == "stream")
+  assert "step 4: reward" in printed
