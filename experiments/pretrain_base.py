@@ -11,23 +11,21 @@ The RL experiments build and cache this base on first use; to build it alone:
 import ml_collections
 
 from experiments import domains
+from rlpt.config import PretrainConfig, default_config_dict
 
 RUNNER = "pretrain"
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
+  c = default_config_dict(PretrainConfig)
   c.seed = 0
-  c.model = ml_collections.ConfigDict(dict(
-      vocab_size=259, d_model=128, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
-      mlp_dim=384, rope_theta=10_000.0, norm_eps=1e-6, tie_embeddings=True, dtype="float32"))
-  c.domains = ml_collections.ConfigDict(dict(ids=list(domains.DEFAULT), weights=[]))
+  c.model.update(vocab_size=259, d_model=128, num_layers=4, num_heads=4, num_kv_heads=2,
+                 head_dim=32, mlp_dim=384, rope_theta=10_000.0, tie_embeddings=True)
+  c.domains.ids = list(domains.DEFAULT)
   c.steps = 600
   c.batch_size = 64
   c.max_len = 88
-  c.optim = ml_collections.ConfigDict(dict(
-      learning_rate=3e-3, warmup_steps=50, decay="cosine", weight_decay=0.0, b1=0.9, b2=0.99,
-      grad_clip=1.0))
+  c.optim.update(learning_rate=3e-3, warmup_steps=50, decay="cosine", b2=0.99, grad_clip=1.0)
   c.log_every = 25
   if arg == "smoke":
     c.model.update(d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, mlp_dim=64)

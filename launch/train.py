@@ -3,6 +3,10 @@ r"""Runs an RL experiment.
     python -m launch.train --config=experiments/grpo_default.py[:smoke] \
         --workdir=runs/NAME [--config.steps=50 --config.rollout.temperature=0.8 ...]
 
+Several processes (each runs this same command; only process 0 writes):
+``launch/scripts/local.sh``, ``launch/scripts/slurm.sbatch``,
+``launch/scripts/tpu_pod.sh``; see launch/multihost.py.
+
 Every ``--config.x.y`` override is checked against the experiment's keys; the
 ConfigDict then becomes a frozen ``TrainConfig`` before anything compiles.
 """
@@ -10,7 +14,7 @@ ConfigDict then becomes a frozen ``TrainConfig`` before anything compiles.
 from absl import app, flags
 from ml_collections import config_flags
 
-from launch import common
+from launch import common, multihost
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -22,12 +26,15 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_libraries()
+  multihost.initialize_from_flags()
+  import jax
   from rlpt.config import TrainConfig
   from rlpt.trainer import train
   cfg = common.typed_config(TrainConfig, _CONFIG.value)
   result = train(cfg, _WORKDIR.value)
-  print(result["table"])
-  print(f"Curves: {_WORKDIR.value}/eval_success.png  metrics: {_WORKDIR.value}/metrics.jsonl")
+  if jax.process_index() == 0:
+    print(result["table"])
+    print(f"Curves: {_WORKDIR.value}/eval_success.png  metrics: {_WORKDIR.value}/metrics.jsonl")
 
 
 if __name__ == "__main__":

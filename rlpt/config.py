@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from rlpt.models import ModelConfig
+from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, check_rules
 
 T = TypeVar("T")
 
@@ -101,6 +102,26 @@ def from_config_dict(cls: type[T], cfg: Mapping[str, Any], path: str = "config")
     raise ConfigError(f"{path}: {e}") from e
 
 
+def default_config_dict(cls: type) -> "ml_collections.ConfigDict":
+  """A ConfigDict holding every field of dataclass ``cls`` at its default.
+
+  Experiment files start from this and set what they change, so every field
+  exists in the (locked) ConfigDict and can be overridden from the command
+  line with ``--config.a.b=...``.
+  """
+  import ml_collections
+
+  def conv(value):
+    if dataclasses.is_dataclass(value):
+      return ml_collections.ConfigDict(
+          {f.name: conv(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, dict):
+      return ml_collections.ConfigDict({k: conv(v) for k, v in value.items()})
+    return value
+
+  return conv(cls())
+
+
 def to_json(cfg: Any) -> str:
   return json.dumps(dataclasses.asdict(cfg), indent=2, sort_keys=True)
 
@@ -149,6 +170,37 @@ class MeshConfig:
     return dataclasses.asdict(self)
 
 
+RulesField = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingConfig:
+  """The rules tables (logical axis -> mesh axes) of the two layouts.
+
+  train_rules: the policy's, reference's and critic's parameters, optimizer
+    state and training activations (FSDP + tensor by default).
+  sample_rules: the policy copy the sampler reads and the KV cache (tensor
+    parallel, replicated over data and fsdp by default); the trainer reshards
+    the policy into it after every update.
+  reference_memory: "device" keeps the frozen reference in accelerator memory;
+    "pinned_host" keeps it in host memory and brings it in for its pass.
+  """
+
+  train_rules: RulesField = DEFAULT_RULES
+  sample_rules: RulesField = SAMPLE_RULES
+  reference_memory: str = "device"
+
+  def __post_init__(self):
+    for name in ("train_rules", "sample_rules"):
+      try:
+        check_rules(getattr(self, name), f"sharding.{name}")
+      except ValueError as e:
+        raise ConfigError(str(e)) from e
+    _require(self.reference_memory in ("device", "pinned_host"),
+             f"sharding.reference_memory must be 'device' or 'pinned_host', got "
+             f"'{self.reference_memory}'.")
+
+
 @dataclasses.dataclass(frozen=True)
 class DomainsConfig:
   """Which registered environments a run draws tasks from, and how often."""
@@ -189,6 +241,9 @@ class PretrainConfig:
 
 # ----------------------------------------------------------------------------
 # RL post-training.
+
+# Estimators whose baseline is the prompt's group: a group of one has no signal.
+GROUP_BASELINE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,18 +291,89 @@ class RolloutConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
+  """The policy-gradient algorithm: estimator, loss and their knobs.
+
+  Names are looked up in the registries of rlpt.rl (``ADVANTAGE_ESTIMATORS``,
+  ``POLICY_LOSSES``, ``KL_ESTIMATORS``, ``AGGREGATIONS``); a value-based
+  estimator ("gae") turns on the value model configured in ``value``.
+  """
+
   advantage: str = "grpo"
   policy_loss: str = "ppo_clip"
   clip_eps: float = 0.2
+  clip_eps_high: float = 0.28
+  dual_clip_c: float = 3.0
+  aggregation: str = "token-mean"
+  entropy_coef: float = 0.0
+  # KL to the reference: "loss" adds beta * KL to the objective; "reward"
+  # subtracts beta * KL (k1 per token) from the reward before advantages.
   kl_beta: float = 0.04
   kl_estimator: str = "k3"
-  aggregation: str = "token-mean"
+  kl_mode: str = "loss"
+  kl_controller: str = "fixed"
+  kl_target: float = 0.1
+  kl_horizon: int = 10_000
+  gamma: float = 1.0
+  lam: float = 1.0
+  whiten_advantages: bool = True
   ppo_epochs: int = 1
   minibatches: int = 1
+  # DAPO dynamic sampling: drop groups whose rewards are all equal, refill.
+  dynamic_sampling: bool = False
+  max_rollouts_per_step: int = 3
+  # Overlong responses (no stop token within max_new_tokens).
+  overlong_filter: bool = False
+  overlong_buffer: int = 0
+  overlong_penalty: float = 1.0
 
   def __post_init__(self):
     _require(self.ppo_epochs > 0, f"rl.ppo_epochs must be > 0, got {self.ppo_epochs}.")
     _require(self.minibatches > 0, f"rl.minibatches must be > 0, got {self.minibatches}.")
+    _require(self.kl_mode in ("loss", "reward"),
+             f"rl.kl_mode must be 'loss' or 'reward', got '{self.kl_mode}'.")
+    _require(self.kl_controller in ("fixed", "adaptive"),
+             f"rl.kl_controller must be 'fixed' or 'adaptive', got '{self.kl_controller}'.")
+    _require(0 < self.gamma <= 1 and 0 <= self.lam <= 1,
+             f"rl.gamma must be in (0, 1] and rl.lam in [0, 1], got {self.gamma}, {self.lam}.")
+    _require(self.entropy_coef >= 0, f"rl.entropy_coef must be >= 0, got {self.entropy_coef}.")
+    _require(self.max_rollouts_per_step >= 1,
+             f"rl.max_rollouts_per_step must be >= 1, got {self.max_rollouts_per_step}.")
+    _require(self.overlong_buffer >= 0 and self.overlong_penalty >= 0,
+             f"rl.overlong_buffer and rl.overlong_penalty must be >= 0, got "
+             f"{self.overlong_buffer}, {self.overlong_penalty}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueConfig:
+  """The critic, used when the advantage estimator needs values (GAE).
+
+  Its trunk starts as a copy of the base policy's decoder; the scalar head
+  starts at zero so initial values are 0.
+  """
+
+  value_clip: float = 0.2
+  aggregation: str = "token-mean"
+  optim: OptimConfig = OptimConfig(learning_rate=1e-4)
+
+  def __post_init__(self):
+    _require(self.value_clip >= 0, f"value.value_clip must be >= 0 (0 = no clipping), got "
+             f"{self.value_clip}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CurriculumConfig:
+  """How training tasks are spread over domains (rlpt.curriculum).
+
+  strategy: uniform | fixed (uses domains.weights) | temperature | success_band
+    | learning_progress. ``params`` holds the strategy's own knobs, e.g.
+    {"low": 0.1, "high": 0.9} for success_band.
+  """
+
+  strategy: str = "uniform"
+  params: dict[str, Any] = dataclasses.field(default_factory=dict)
+  priorities: dict[str, float] = dataclasses.field(default_factory=dict)
+  min_share: float = 0.0
+  max_share: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +381,7 @@ class EvalConfig:
   every: int = 25
   tasks_per_domain: int = 64
   temperature: float = 0.0
+  sampled: bool = True
 
   def __post_init__(self):
     _require(self.every > 0, f"eval.every must be > 0, got {self.every}.")
@@ -273,9 +400,12 @@ class TrainConfig:
   domains: DomainsConfig = DomainsConfig(ids=("rlpt/math-add-easy-v0",))
   rollout: RolloutConfig = RolloutConfig()
   rl: RLConfig = RLConfig()
+  value: ValueConfig = ValueConfig()
+  curriculum: CurriculumConfig = CurriculumConfig()
   optim: OptimConfig = OptimConfig(learning_rate=1e-4)
   eval: EvalConfig = EvalConfig()
   mesh: MeshConfig = MeshConfig()
+  sharding: ShardingConfig = ShardingConfig()
   log_every: int = 1
   progress: bool = True
 
@@ -287,20 +417,91 @@ class TrainConfig:
       lookup(ADVANTAGE_ESTIMATORS, self.rl.advantage)
     except ValueError as e:
       raise ConfigError(f"rl.advantage: {e}") from e
-    if self.rl.advantage == "grpo":
+    if self.rl.advantage in GROUP_BASELINE_ESTIMATORS:
       _require(self.rollout.group_size >= 2,
-               f"rollout.group_size must be >= 2 for GRPO (advantages are relative to the "
-               f"group), got {self.rollout.group_size}.")
+               f"rollout.group_size must be >= 2 for {self.rl.advantage} (advantages are "
+               f"relative to the group), got {self.rollout.group_size}.")
+    self.domain_sampler()
     _require(self.rollout.batch_size % self.rl.minibatches == 0,
              f"rollout.batch_size={self.rollout.batch_size} is not divisible by "
              f"rl.minibatches={self.rl.minibatches}.")
     self.loss_config()
 
+  @property
+  def uses_value_model(self) -> bool:
+    from rlpt.rl import needs_value_model
+    return needs_value_model(self.rl.advantage)
+
   def loss_config(self):
     from rlpt.rl import LossConfig
+    rl = self.rl
     try:
-      return LossConfig(policy_loss=self.rl.policy_loss, clip_eps=self.rl.clip_eps,
-                        kl_beta=self.rl.kl_beta, kl_estimator=self.rl.kl_estimator,
-                        aggregation=self.rl.aggregation)
+      return LossConfig(
+          policy_loss=rl.policy_loss, clip_eps=rl.clip_eps, clip_eps_high=rl.clip_eps_high,
+          dual_clip_c=rl.dual_clip_c, kl_beta=rl.kl_beta if rl.kl_mode == "loss" else 0.0,
+          kl_estimator=rl.kl_estimator, aggregation=rl.aggregation,
+          entropy_coef=rl.entropy_coef, norm_len=self.rollout.max_new_tokens)
     except ValueError as e:
       raise ConfigError(f"rl: {e}") from e
+
+  def value_loss_config(self):
+    from rlpt.rl import ValueLossConfig
+    try:
+      return ValueLossConfig(value_clip=self.value.value_clip or None,
+                             aggregation=self.value.aggregation,
+                             norm_len=self.rollout.max_new_tokens)
+    except ValueError as e:
+      raise ConfigError(f"value: {e}") from e
+
+  def domain_sampler(self):
+    """The curriculum's DomainSampler for domains.ids (a fresh one each call)."""
+    from rlpt.curriculum import make_domain_sampler
+    cur, ids = self.curriculum, self.domains.ids
+    params = dict(cur.params)
+    if cur.strategy == "fixed":
+      _require(bool(self.domains.weights),
+               "curriculum.strategy='fixed' needs domains.weights (one per domain id).")
+      params["weights"] = dict(zip(ids, self.domains.weights))
+    else:
+      _require(not self.domains.weights,
+               f"domains.weights is set but curriculum.strategy='{cur.strategy}'; weights are "
+               "used by curriculum.strategy='fixed'.")
+    try:
+      return make_domain_sampler(cur.strategy, ids, priorities=dict(cur.priorities),
+                                 min_share=cur.min_share, max_share=cur.max_share, **params)
+    except ValueError as e:
+      raise ConfigError(f"curriculum: {e}") from e
+
+
+# ----------------------------------------------------------------------------
+# Memory plan (python -m launch.plan).
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanConfig:
+  """A model, a mesh and the batch shapes whose per-device memory to plan.
+
+  num_devices: the pod's device count (need not exist here; -1 in ``mesh``
+    takes the rest of it). train_batch x seq_len: sequences and tokens of one
+  update micro-batch. sample_batch x sample_len: sequences decoded together and
+  their KV length (prompt + new tokens). device_memory_gib: per-device memory
+  the peak is compared with (0: no verdict).
+  """
+
+  model: ModelConfig = ModelConfig()
+  mesh: MeshConfig = MeshConfig()
+  num_devices: int = 8
+  sharding: ShardingConfig = ShardingConfig()
+  train_batch: int = 8
+  seq_len: int = 1024
+  sample_batch: int = 64
+  sample_len: int = 1024
+  reference: bool = True
+  value_model: bool = True
+  device_memory_gib: float = 0.0
+
+  def __post_init__(self):
+    for name in ("num_devices", "train_batch", "seq_len", "sample_batch", "sample_len"):
+      _require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}.")
+    _require(self.device_memory_gib >= 0,
+             f"device_memory_gib must be >= 0, got {self.device_memory_gib}.")

@@ -135,8 +135,21 @@ def resolve_base(base_cfg, progress: bool = True):
     workdir = os.path.join(base_cfg.cache_dir, f"{name}-{fingerprint(pcfg)}")
     path = os.path.join(workdir, "model")
     if not os.path.exists(os.path.join(path, "model.json")):
+      if jax.process_count() > 1:
+        # Only process 0 may write the cache, and a half-written cache read by
+        # the others would be worse than stopping: build it once, single-process.
+        raise RuntimeError(
+            f"No cached base model at {path} and this is a {jax.process_count()}-process run. "
+            f"Build it first with one process: python -m launch.pretrain "
+            f"--config=experiments/{base_cfg.experiment}.py{':' + base_cfg.arg if base_cfg.arg else ''}"
+            f" --workdir={workdir}")
       print(f"rlpt: no cached base model at {path}; pre-training it now ({pcfg.steps} steps).",
             flush=True)
       pretrain(pcfg, workdir, progress=progress)
-  model_cfg, graphdef, params, _ = load_model(path)
+  # Every process reads the whole (small, host-side) base onto its own first
+  # device; the trainer then lays it out on the global mesh. Without a target
+  # sharding orbax refuses a checkpoint saved under another process topology.
+  local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  model_cfg, graphdef, params, _ = load_model(
+      path, shardings=lambda abstract: jax.tree.map(lambda _: local, abstract))
   return model_cfg, graphdef, params, path

@@ -1,17 +1,27 @@
-"""Glue shared by the pre-training and RL loops: mesh placement and jitting."""
+"""Glue shared by the pre-training and RL loops: placement, layouts and jitting.
+
+Single-controller semantics across processes: every process runs the same
+program on the same host values (same seeds, same rollouts), so host data
+becomes a global array with ``host_to_global`` (each process fills only its
+own shards from its identical copy), and results come back with ``to_host``
+(an all-gather when the array spans other processes' devices). With one
+process both reduce to device_put / device_get.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 import optax
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from rlpt.sharding import Rules, logical_to_spec, state_shardings
+from rlpt.sharding import KV_CACHE_AXES, Rules, logical_to_spec, state_shardings, use_rules
 from rlpt.steps import TrainState, init_train_state
 
 
@@ -27,29 +37,167 @@ def batch_multiple(mesh: Mesh, rules: Rules) -> int:
   return int(np.prod([mesh.shape[n] for n in names])) if names else 1
 
 
+def check_batch(size: int, mesh: Mesh, rules: Rules, what: str) -> None:
+  """Raises a ValueError naming the numbers when ``size`` rows cannot split evenly."""
+  multiple = batch_multiple(mesh, rules)
+  if size % multiple:
+    raise ValueError(f"{what}={size} must be a multiple of the {multiple} batch shards of mesh "
+                     f"{dict(mesh.shape)} (the 'batch' rule shards over "
+                     f"{logical_to_spec(('batch',), rules)[0]}).")
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
+def kv_cache_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:
+  return NamedSharding(mesh, logical_to_spec(KV_CACHE_AXES, rules))
+
+
+# ----------------------------------------------------------------------------
+# Host <-> global arrays.
+
+
+def host_to_global(tree: Any, shardings: Any) -> Any:
+  """Global arrays from host values that every process holds identically.
+
+  ``shardings`` is one Sharding for every leaf or a matching tree. Each
+  process copies in only the shards of its own devices, so nothing crosses
+  hosts; with one process it is a device_put.
+  """
+  if isinstance(shardings, jax.sharding.Sharding):
+    shardings = jax.tree.map(lambda _: shardings, tree)
+
+  def one(x, sh):
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sh, lambda idx: x[idx])
+
+  return jax.tree.map(one, tree, shardings)
+
+
+def to_host(tree: Any) -> Any:
+  """numpy copies of (possibly sharded, possibly multi-process) arrays, on every process."""
+
+  def one(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+  return jax.tree.map(one, tree)
+
+
+def is_primary() -> bool:
+  """Only process 0 writes logs, plots and checkpoints."""
+  return jax.process_index() == 0
+
+
+# ----------------------------------------------------------------------------
+# Parameters, optimizer state and the two layouts.
+
+
+def opt_state_shardings(optimizer: optax.GradientTransformation, params: Any,
+                        param_shardings: Any, mesh: Mesh) -> Any:
+  """Optimizer-state shardings: every params-shaped subtree (Adam moments) is
+  sharded exactly like the parameters; everything else (counters) replicated.
+
+  ``params`` may be abstract (ShapeDtypeStructs); nothing is allocated.
+  """
+  abstract = jax.eval_shape(optimizer.init, params)
+  return optax.tree_map_params(optimizer, lambda _, sh: sh, abstract, param_shardings,
+                               transform_non_params=lambda _: replicated(mesh))
+
+
+def train_state_shardings(optimizer: optax.GradientTransformation, params: Any, mesh: Mesh,
+                          rules: Rules) -> TrainState:
+  param_sh = state_shardings(params, mesh, rules)
+  return TrainState(replicated(mesh), param_sh,
+                    opt_state_shardings(optimizer, params, param_sh, mesh))
+
+
+def place_params(params: nnx.State, mesh: Mesh, rules: Rules,
+                 memory_kind: str | None = None) -> nnx.State:
+  """Lays host (or single-device) params out on the mesh by the rules.
+
+  ``memory_kind="pinned_host"`` keeps them in host memory (see ``to_device``).
+  """
+  sh = state_shardings(params, mesh, rules)
+  if memory_kind is not None:
+    sh = jax.tree.map(lambda s: s.with_memory_kind(memory_kind), sh)
+  return host_to_global(params, sh)
+
+
+def to_device(params: Any, shardings: Any) -> Any:
+  """Brings host-memory params in for one pass (the copy is freed after it)."""
+  return jax.device_put(params, shardings)
+
+
 def place_train_state(params: nnx.State, optimizer: optax.GradientTransformation, mesh: Mesh,
                       rules: Rules) -> tuple[TrainState, TrainState]:
-  """Puts params on the mesh by the rules and builds the optimizer state there.
+  """Puts params on the mesh by the rules and builds the optimizer state there,
+  sharded like the params. Returns (state, its shardings)."""
+  shardings = train_state_shardings(optimizer, params, mesh, rules)
+  params = host_to_global(params, shardings.params)
+  init = jax.jit(functools.partial(init_train_state, optimizer=optimizer),
+                 in_shardings=(shardings.params,), out_shardings=shardings)
+  return init(params), shardings
 
-  Returns (state, its shardings). The optimizer state's shardings are those the
-  compiler gives ``optimizer.init`` on sharded params (moments follow params).
+
+def make_reshard(src_shardings: Any, dst_shardings: Any) -> Callable:
+  """A jitted identity moving a tree from one layout to another (train -> sample).
+
+  Not donated: the training copy stays alive for the next update.
   """
-  param_sh = state_shardings(params, mesh, rules)
-  params = jax.device_put(params, param_sh)
-  state = jax.jit(functools.partial(init_train_state, optimizer=optimizer))(params)
-  shardings = jax.tree.map(lambda x: x.sharding, state)
-  return state, shardings
+  return jax.jit(lambda x: x, in_shardings=(src_shardings,), out_shardings=dst_shardings)
 
 
-def jit_step(fn: Callable, state_shardings, batch_shardings, mesh: Mesh, **static) -> Callable:
-  """jit(fn(state, *batch) -> (state, metrics)) with explicit shardings, state donated."""
+# ----------------------------------------------------------------------------
+# Jitted steps with explicit shardings.
+
+
+def with_rules(fn: Callable, mesh: Mesh, rules: Rules | None) -> Callable:
+  """``fn`` traced under ``use_rules(mesh, rules)``, so the model's ``constrain``
+  calls pin activations to the rules' layout (without rules they are no-ops)."""
+  if rules is None:
+    return fn
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with use_rules(mesh, rules):
+      return fn(*args, **kwargs)
+
+  return wrapped
+
+
+def jit_step(fn: Callable, state_shardings, batch_shardings, mesh: Mesh,
+             rules: Rules | None = None, **static) -> Callable:
+  """jit(fn(state, *batch) -> (state, metrics)) with explicit shardings, state donated.
+
+  ``rules`` constrains the activations traced inside ``fn`` (see with_rules).
+  """
   return jax.jit(
-      functools.partial(fn, **static),
+      with_rules(functools.partial(fn, **static), mesh, rules),
       in_shardings=(state_shardings, *batch_shardings),
       out_shardings=(state_shardings, replicated(mesh)),
       donate_argnums=0,
+  )
+
+
+def jit_sampler(sampler, sampling, param_shardings, mesh: Mesh, rules: Rules) -> Callable:
+  """``generate(params, prompts_BxP, lengths_B, key_data) -> SampleOutput`` as one jitted
+  program with explicit shardings: params in the sampling layout, prompts and
+  outputs sharded on the batch rule. The KV cache is allocated, updated in place
+  and freed inside the one program, so there is no buffer to donate across calls
+  (donating the int32 prompts would only warn: no output has their shape).
+  """
+  from rlpt.sampling.sampler import SampleOutput
+  bs1, bs2 = batch_sharding(mesh, rules, 1), batch_sharding(mesh, rules, 2)
+  def generate(params, prompts_BxP, lengths_B, rng_data):
+    # The key travels as raw uint32 data so host_to_global can place it.
+    return sampler.generate(params, prompts_BxP, lengths_B, jax.random.wrap_key_data(rng_data),
+                            sampling)
+
+  return jax.jit(
+      with_rules(generate, mesh, rules),
+      in_shardings=(param_shardings, bs2, bs1, replicated(mesh)),
+      out_shardings=SampleOutput(bs2, bs2, bs1),
   )

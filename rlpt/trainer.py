@@ -23,17 +23,25 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from rlpt.config import TrainConfig, to_json
+from rlpt.curriculum import domain_metrics
 from rlpt.data import TaskSampler, eval_tasks
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
+from rlpt.models import ValueModel
 from rlpt.pretrain import _progress, resolve_base
-from rlpt.rl import ADVANTAGE_ESTIMATORS, lookup
+from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_with_signal,
+                     kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
+                     sequence_kl_B, soft_overlong_penalty_B, truncated_B)
 from rlpt.rollout import EnvPool, build_sequences, encode_prompts
-from rlpt.runtime import batch_multiple, batch_sharding, jit_step, place_train_state, replicated
+from rlpt.runtime import (batch_sharding, check_batch, host_to_global, is_primary, jit_sampler,
+                          jit_step, make_reshard, place_params, place_train_state, replicated,
+                          to_device, to_host)
 from rlpt.sampling import Sampler, SamplingParams
-from rlpt.sharding import DEFAULT_RULES, make_mesh, state_shardings
-from rlpt.steps import RLBatch, make_optimizer, rl_train_step, sequence_logprobs
+from rlpt.sharding import make_mesh, state_shardings
+from rlpt.steps import (Counts, RLBatch, ValueBatch, make_optimizer, rl_train_step,
+                        sequence_logprobs, sequence_values, value_train_step)
 from rlpt.tokenizers import ByteTokenizer
 
 log = logging.getLogger(__name__)
@@ -48,16 +56,20 @@ class Trainer:
   def __init__(self, cfg: TrainConfig, workdir: str):
     self.cfg = cfg
     self.workdir = workdir
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(to_json(cfg))
+    if is_primary():
+      os.makedirs(workdir, exist_ok=True)
+      with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(to_json(cfg))
     self.tokenizer = ByteTokenizer()
     self.mesh = make_mesh(cfg.mesh.as_dict())
-    self.rules = DEFAULT_RULES
-    multiple = batch_multiple(self.mesh, self.rules)
-    if cfg.rollout.batch_size % multiple:
-      raise ValueError(f"rollout.batch_size={cfg.rollout.batch_size} must be a multiple of the "
-                       f"{multiple} batch shards of mesh {dict(self.mesh.shape)}.")
+    # Two layouts from the config's rules: training (FSDP + tensor) for the
+    # update and the reference pass, sampling (tensor only) for the sampler.
+    self.rules = cfg.sharding.train_rules
+    self.sample_rules = cfg.sharding.sample_rules
+    check_batch(cfg.rollout.batch_size, self.mesh, self.rules, "rollout.batch_size")
+    check_batch(cfg.rollout.batch_size // cfg.rl.minibatches, self.mesh, self.rules,
+                "rollout.batch_size / rl.minibatches")
+    check_batch(cfg.rollout.batch_size, self.mesh, self.sample_rules, "rollout.batch_size")
     self._check_domains()
 
     self.model_cfg, self.graphdef, params, self.base_path = resolve_base(cfg.base, cfg.progress)
@@ -66,32 +78,65 @@ class Trainer:
                        f"{self.tokenizer.vocab_size}.")
     self.optimizer = make_optimizer(cfg.optim, cfg.steps)
     self.state, state_sh = place_train_state(params, self.optimizer, self.mesh, self.rules)
-    # The reference is a frozen copy of the base: same layout, no optimizer state.
-    self.ref_params = jax.device_put(params, state_shardings(params, self.mesh, self.rules))
+    # The reference is a frozen copy of the base: same layout, no optimizer
+    # state; with reference_memory="pinned_host" it waits in host memory.
+    self.ref_sh = state_sh.params
+    self.ref_on_host = cfg.sharding.reference_memory == "pinned_host"
+    self.ref_params = place_params(params, self.mesh, self.rules,
+                                   "pinned_host" if self.ref_on_host else None)
+    sample_sh = state_shardings(params, self.mesh, self.sample_rules)
+    self._to_sample_layout = make_reshard(state_sh.params, sample_sh)
+    self.sample_params = self._to_sample_layout(self.state.params)
 
     self.sampling = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.eval_sampling = SamplingParams(cfg.eval.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.sampler = Sampler(self.graphdef, self.model_cfg, cfg.rollout.max_prompt_len,
                            cfg.rollout.max_new_tokens, self.tokenizer.pad_id,
                            (self.tokenizer.eos_id,))
+    self._generate_fns = {
+        sp: jit_sampler(self.sampler, sp, sample_sh, self.mesh, self.sample_rules)
+        for sp in {self.sampling, self.eval_sampling}}
     loss_cfg = cfg.loss_config()
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     bs1 = batch_sharding(self.mesh, self.rules, 1)
-    batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs1)
-    self._train_step = jit_step(rl_train_step, state_sh, (batch_sh, replicated(self.mesh)),
-                                self.mesh, graphdef=self.graphdef, optimizer=self.optimizer,
+    rep = replicated(self.mesh)
+    self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
+    self._counts_sh = Counts(rep, rep)
+    self._train_step = jit_step(rl_train_step, state_sh, (self._batch_sh, self._counts_sh, rep),
+                                self.mesh, rules=self.rules, graphdef=self.graphdef,
+                                optimizer=self.optimizer,
                                 loss_cfg=loss_cfg, sampling=self.sampling)
     self._logprobs = jax.jit(
         functools.partial(sequence_logprobs, self.graphdef, sampling=self.sampling),
         in_shardings=(state_sh.params, bs2), out_shardings=bs2)
-    self._advantages = lookup(ADVANTAGE_ESTIMATORS, cfg.rl.advantage)
+    self.kl_ctl = make_kl_controller(
+        cfg.rl.kl_controller, cfg.rl.kl_beta,
+        **({"target": cfg.rl.kl_target, "horizon": cfg.rl.kl_horizon}
+           if cfg.rl.kl_controller == "adaptive" else {}))
+    self.value_state = None
+    if cfg.uses_value_model:
+      # The critic's trunk starts from the base policy's decoder, its head at 0.
+      vgraph, vparams = nnx.split(ValueModel(self.model_cfg, nnx.Rngs(cfg.seed)))
+      vparams["decoder"] = params["decoder"]
+      self.value_optimizer = make_optimizer(cfg.value.optim, cfg.steps)
+      self.value_state, vstate_sh = place_train_state(vparams, self.value_optimizer, self.mesh,
+                                                      self.rules)
+      self._value_batch_sh = ValueBatch(bs2, bs2, bs2, bs2)
+      self._value_step = jit_step(value_train_step, vstate_sh,
+                                  (self._value_batch_sh, self._counts_sh), self.mesh,
+                                  rules=self.rules, graphdef=vgraph, optimizer=self.value_optimizer,
+                                  value_cfg=cfg.value_loss_config())
+      self._values = jax.jit(functools.partial(sequence_values, vgraph),
+                             in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
     self.pool = EnvPool(cfg.domains.ids, workers=cfg.rollout.env_workers)
-    self.task_sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=cfg.seed)
+    self.task_sampler = TaskSampler(cfg.domains.ids, seed=cfg.seed)
+    self.domain_sampler = cfg.domain_sampler()
+    self.domain_rng = np.random.default_rng(cfg.seed + 1_000_003)
     self.eval_set = eval_tasks(cfg.domains.ids, cfg.eval.tasks_per_domain, seed=cfg.seed + 1)
     self.rng = jax.random.key(cfg.seed)
     self.step = 0
-    self.writer = MetricsWriter(workdir)
+    self.writer = MetricsWriter(workdir) if is_primary() else None
     self.history: dict[str, list[dict]] = {"train": [], "eval": []}
 
   def _check_domains(self):
@@ -110,11 +155,12 @@ class Trainer:
     ids, lengths = encode_prompts(prompts, self.tokenizer, self.cfg.rollout.max_prompt_len,
                                   domains, bucket=PROMPT_BUCKET)
     self.rng, sub = jax.random.split(self.rng)
-    bs2 = batch_sharding(self.mesh, self.rules, 2)
-    bs1 = batch_sharding(self.mesh, self.rules, 1)
-    out = self.sampler.generate(self.state.params, jax.device_put(ids, bs2),
-                                jax.device_put(lengths, bs1), sub, sampling)
-    tokens, logp, out_len = jax.device_get(out)
+    bs2 = batch_sharding(self.mesh, self.sample_rules, 2)
+    bs1 = batch_sharding(self.mesh, self.sample_rules, 1)
+    out = self._generate_fns[sampling](self.sample_params, host_to_global(ids, bs2),
+                                       host_to_global(lengths, bs1),
+                                       host_to_global(jax.random.key_data(sub), replicated(self.mesh)))
+    tokens, logp, out_len = to_host(out)
     texts = []
     for row, n in zip(tokens, out_len):
       body = row[:n]
@@ -123,78 +169,187 @@ class Trainer:
       texts.append(self.tokenizer.decode(body))
     return ids, lengths, tokens, logp, out_len, texts
 
-  def rollout(self):
-    """Samples one RL batch. Returns (RLBatch on host, per-sample records, timings)."""
-    cfg = self.cfg.rollout
-    g = cfg.group_size
-    timings = {}
+  def _rollout_once(self, n_prompts: int):
+    """Samples ``n_prompts`` x group_size completions and grades them (host arrays)."""
+    g = self.cfg.rollout.group_size
+    timings = collections.defaultdict(float)
     t = time.perf_counter()
-    tasks = self.task_sampler.sample(cfg.prompts_per_step)
+    tasks = self.task_sampler.tasks_for(self.domain_sampler.sample(n_prompts, self.domain_rng))
     prompts = self.pool.reset(tasks)
     tasks_b = [task for task in tasks for _ in range(g)]
     texts_b = [p.text for p in prompts for _ in range(g)]
-    timings["time/reset"] = time.perf_counter() - t
+    timings["time/reset"] += time.perf_counter() - t
 
     t = time.perf_counter()
     ids, lengths, comp, logp, comp_len, answers = self._generate(
         texts_b, [tk.domain for tk in tasks_b], self.sampling)
-    timings["time/generate"] = time.perf_counter() - t
+    timings["time/generate"] += time.perf_counter() - t
 
     t = time.perf_counter()
     graded = self.pool.grade(tasks_b, answers)
-    timings["time/environments"] = time.perf_counter() - t
+    timings["time/environments"] += time.perf_counter() - t
 
-    rewards = np.array([x.reward for x in graded], np.float32)
-    valid = np.array([not x.infra_error for x in graded], np.float32)
-    adv = np.asarray(self._advantages(jnp.asarray(rewards), g, jnp.asarray(valid)))
     seq = build_sequences(ids, lengths, comp, comp_len, logp, self.tokenizer.pad_id)
-    loss_mask = seq.loss_mask * valid[:, None]
-    batch = RLBatch(seq.tokens, loss_mask, seq.logp, np.zeros_like(seq.logp), adv.astype(np.float32))
-    records = [dict(domain=tk.domain, reward=float(x.reward), success=x.success,
+    last = comp[np.arange(len(comp)), np.maximum(comp_len - 1, 0)]
+    records = [dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
                     verdict=x.verdict, infra_error=x.infra_error, length=int(n))
                for tk, x, n in zip(tasks_b, graded, comp_len)]
-    return batch, records, timings
+    arrays = {
+        "tokens": seq.tokens, "loss_mask": seq.loss_mask, "old_logp": seq.logp,
+        "rewards": np.array([x.reward for x in graded], np.float32),
+        "valid": np.array([not x.infra_error for x in graded], np.float32),
+        "lengths": comp_len.astype(np.int32),
+        "stopped": np.isin(last, self.sampler.stop_ids) & (comp_len > 0),
+    }
+    return arrays, records, timings
+
+  def rollout(self):
+    """One batch of graded samples as host arrays, per-sample records and timings.
+
+    With ``rl.dynamic_sampling`` groups whose rewards are all equal (no
+    learning signal) are dropped and further rollouts refill the batch, up to
+    ``rl.max_rollouts_per_step``; if still short, uninformative groups fill
+    the rest so the batch shape never changes.
+    """
+    cfg, ro = self.cfg, self.cfg.rollout
+    arrays, records, timings = self._rollout_once(ro.prompts_per_step)
+    if not cfg.rl.dynamic_sampling:
+      return arrays, records, timings
+    cands, recs = [arrays], [records]
+    def informative(a):
+      return int(groups_with_signal(a["rewards"].reshape(-1, ro.group_size),
+                                    a["valid"].reshape(-1, ro.group_size)).sum())
+    have = informative(arrays)
+    while have < ro.prompts_per_step and len(cands) < cfg.rl.max_rollouts_per_step:
+      more, more_rec, more_t = self._rollout_once(ro.prompts_per_step)
+      cands.append(more)
+      recs.append(more_rec)
+      for k, v in more_t.items():
+        timings[k] += v
+      have += informative(more)
+    # Rollouts may differ in prompt-bucket width: pad to a common one.
+    width = max(c["tokens"].shape[1] for c in cands)
+    offset = 0
+    for c, r in zip(cands, recs):
+      c.update(_pad_width(c, width, self.tokenizer.pad_id))
+      c["row"] = np.arange(offset, offset + len(r))
+      offset += len(r)
+    flat_records = [r for rs in recs for r in rs]
+    filled = fill_groups(cands, ro.prompts_per_step, ro.group_size, valid_key="valid")
+    out = filled.arrays
+    if not filled.complete:
+      # Top up with uninformative groups (advantage 0) from the first rollout.
+      need = (ro.prompts_per_step - filled.num_groups) * ro.group_size
+      used = set(out["row"].tolist()) if len(out["row"]) else set()
+      spare = np.array([i for i in range(len(cands[0]["rewards"])) if i not in used])[:need]
+      out = {k: np.concatenate([out[k], cands[0][k][spare]]) for k in out}
+    timings["dynamic_sampling/rollouts"] = float(len(cands))
+    timings["dynamic_sampling/informative_groups"] = float(min(have, ro.prompts_per_step))
+    return ({k: v for k, v in out.items() if k != "row"},
+            [flat_records[i] for i in out["row"]], timings)
 
   # --------------------------------------------------------------------------
   # Update.
 
+  def _advantages(self, arrays, ref_logp, values):
+    """Advantages and value targets for a graded batch; applies reward shaping."""
+    cfg, rl = self.cfg, self.cfg.rl
+    mask = arrays["loss_mask"] * arrays["valid"][:, None]
+    rewards = arrays["rewards"].copy()
+    truncated = truncated_B(arrays["lengths"], arrays["stopped"], cfg.rollout.max_new_tokens)
+    if rl.overlong_filter:
+      mask = overlong_filter_BxT(mask, truncated)
+    if rl.overlong_buffer:
+      rewards = rewards + soft_overlong_penalty_B(arrays["lengths"], cfg.rollout.max_new_tokens,
+                                                  rl.overlong_buffer, rl.overlong_penalty)
+    old_logp = jnp.asarray(arrays["old_logp"])
+    seq_kl = sequence_kl_B(old_logp, ref_logp, jnp.asarray(mask))
+    token_rewards = None
+    if rl.kl_mode == "reward":
+      token_rewards = kl_reward_penalty_BxT(old_logp, ref_logp, jnp.asarray(mask),
+                                            self.kl_ctl.value)
+    adv = compute_advantages(rl.advantage, AdvantageInputs(
+        jnp.asarray(rewards), jnp.asarray(mask), cfg.rollout.group_size,
+        jnp.asarray(arrays["valid"]), values, token_rewards, rl.gamma, rl.lam,
+        rl.whiten_advantages))
+    return mask, adv, float(jnp.mean(seq_kl)), float(truncated.mean())
+
   def train_step(self) -> dict:
-    """One full RL step (rollout, reference pass, update). Returns its metrics."""
+    """One full RL step (rollout, reference/value passes, updates). Returns its metrics."""
+    cfg = self.cfg
     t_step = time.perf_counter()
-    batch, records, timings = self.rollout()
+    arrays, records, timings = self.rollout()
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     t = time.perf_counter()
-    ref_logp = self._logprobs(self.ref_params, jax.device_put(batch.tokens, bs2))
-    ref_logp.block_until_ready()
+    tokens = host_to_global(arrays["tokens"], bs2)
+    ref = to_device(self.ref_params, self.ref_sh) if self.ref_on_host else self.ref_params
+    ref_logp = to_host(self._logprobs(ref, tokens))
+    del ref
+    values = None
+    if self.value_state is not None:
+      values = to_host(self._values(self.value_state.params, tokens))
     timings["time/reference"] = time.perf_counter() - t
-    batch = batch._replace(ref_logp=ref_logp)
+
+    mask, adv, seq_kl, truncated = self._advantages(
+        arrays, jnp.asarray(ref_logp), None if values is None else jnp.asarray(values))
+    kl_coef = self.kl_ctl.value
+    self.kl_ctl.update(seq_kl, n_steps=cfg.rollout.batch_size)
+    batch = RLBatch(arrays["tokens"], np.asarray(mask), arrays["old_logp"], ref_logp,
+                    np.asarray(adv.adv_BxT))
+    vbatch = None
+    if values is not None:
+      vbatch = ValueBatch(arrays["tokens"], np.asarray(mask), values,
+                          np.asarray(adv.returns_BxT))
 
     t = time.perf_counter()
-    num_tokens = jnp.asarray(max(float(batch.loss_mask.sum()), 1.0), jnp.float32)
-    mb = self.cfg.rl.minibatches
-    size = self.cfg.rollout.batch_size // mb
-    order_rng = np.random.default_rng(self.cfg.seed * 7919 + self.step)
+    mb = cfg.rl.minibatches
+    c = loss_counts(jnp.asarray(mask))
+    counts = Counts(jnp.float32(c.num_tokens) / mb, jnp.float32(c.num_seqs) / mb)
+    # Scalars go in as global arrays too (multi-process runs need them).
+    g_counts = host_to_global(counts, self._counts_sh)
+    g_kl_coef = host_to_global(np.float32(kl_coef), replicated(self.mesh))
+    size = cfg.rollout.batch_size // mb
+    order_rng = np.random.default_rng(cfg.seed * 7919 + self.step)
     metric_sums: dict[str, float] = collections.defaultdict(float)
     n_updates = 0
-    for _ in range(self.cfg.rl.ppo_epochs):
-      perm = order_rng.permutation(self.cfg.rollout.batch_size) if mb > 1 else np.arange(size)
+    for _ in range(cfg.rl.ppo_epochs):
+      perm = order_rng.permutation(cfg.rollout.batch_size) if mb > 1 else np.arange(size)
       for k in range(mb):
         idx = perm[k * size:(k + 1) * size]
-        # Each minibatch's loss is normalised by the whole batch's token count,
-        # so one epoch's gradients add up to the full-batch objective.
-        mini = RLBatch(*(np.asarray(x)[idx] for x in batch))
-        self.state, m = self._train_step(self.state, mini, num_tokens * (1.0 / mb))
-        for key, v in jax.device_get(m).items():
+        # Each minibatch's loss is normalised by the whole batch's counts, so
+        # one epoch's gradients add up to the full-batch objective.
+        mini = host_to_global(RLBatch(*(x[idx] for x in batch)), self._batch_sh)
+        self.state, m = self._train_step(self.state, mini, g_counts, g_kl_coef)
+        if vbatch is not None:
+          vmini = host_to_global(ValueBatch(*(x[idx] for x in vbatch)), self._value_batch_sh)
+          self.value_state, vm = self._value_step(self.value_state, vmini, g_counts)
+          m = {**m, **vm}
+        for key, v in to_host(m).items():
           metric_sums[key] += float(v)
         n_updates += 1
-    jax.block_until_ready(self.state.params)
+    # The sampler reads its own (sampling-layout) copy of the new weights.
+    self.sample_params = self._to_sample_layout(self.state.params)
+    jax.block_until_ready(self.sample_params)
     timings["time/update"] = time.perf_counter() - t
     timings["time/step"] = time.perf_counter() - t_step
     self.step += 1
 
+    valid = [r for r in records if not r["infra_error"]]
+    by_domain = collections.defaultdict(list)
+    for r in valid:
+      by_domain[r["domain"]].append(r["success"])
+    self.domain_sampler.update(by_domain)
+
     metrics = {f"train/{k}": v / n_updates for k, v in metric_sums.items()}
     metrics.update(timings)
-    metrics.update(_rollout_metrics(records))
+    metrics.update(domain_metrics(valid, self.domain_sampler, tokens_key="length"))
+    metrics["reward/mean"] = float(np.mean([r["reward"] for r in valid])) if valid else 0.0
+    metrics["success/mean"] = float(np.mean([r["success"] for r in valid])) if valid else 0.0
+    metrics["response_length/mean"] = float(np.mean([r["length"] for r in records]))
+    metrics["infra_errors"] = float(len(records) - len(valid))
+    metrics["truncated_fraction"] = truncated
+    metrics["kl/sequence"] = seq_kl
+    metrics["kl/coef"] = kl_coef
     gen_tokens = sum(r["length"] for r in records)
     metrics["throughput/generated_tokens_per_s"] = gen_tokens / max(timings["time/generate"], 1e-9)
     return metrics
@@ -203,7 +358,18 @@ class Trainer:
   # Evaluation.
 
   def evaluate(self) -> dict:
-    """Held-out success per domain with ``eval.temperature`` decoding."""
+    """Held-out success per domain.
+
+    ``success/<domain>`` decodes with ``eval.temperature`` (0 = greedy);
+    with ``eval.sampled`` also ``sampled_success/<domain>``: pass@1 of the
+    policy as trained, sampling with the rollout's temperature / top-k / top-p.
+    """
+    out = self._success("success", self.eval_sampling)
+    if self.cfg.eval.sampled:
+      out.update(self._success("sampled_success", self.sampling))
+    return out
+
+  def _success(self, prefix: str, sampling: SamplingParams) -> dict:
     chunk = self.cfg.rollout.batch_size
     tasks = list(self.eval_set)
     successes: dict[str, list[float]] = collections.defaultdict(list)
@@ -213,14 +379,15 @@ class Trainer:
       padded = part + [part[-1]] * (chunk - len(part))
       prompts = self.pool.reset(padded)
       *_, answers = self._generate([p.text for p in prompts], [t.domain for t in padded],
-                                   self.eval_sampling)
+                                   sampling)
       graded = self.pool.grade(part, answers[:len(part)])
       for task, x in zip(part, graded):
         if not x.infra_error:
           successes[task.domain].append(float(x.success))
-    out = {f"success/{d}": float(np.mean(successes[d])) if successes[d] else float("nan")
-           for d in self.cfg.domains.ids}
-    out["success/mean"] = float(np.nanmean([out[f"success/{d}"] for d in self.cfg.domains.ids]))
+    ids = self.cfg.domains.ids
+    out = {f"{prefix}/{d}": float(np.mean(successes[d])) if successes[d] else float("nan")
+           for d in ids}
+    out[f"{prefix}/mean"] = float(np.nanmean([out[f"{prefix}/{d}"] for d in ids]))
     return out
 
   # --------------------------------------------------------------------------
@@ -253,35 +420,35 @@ class Trainer:
     return self._report(base, final)
 
   def _log(self, step: int, kind: str, metrics: dict):
-    self.writer.write(step, kind, metrics)
+    if self.writer is not None:
+      self.writer.write(step, kind, metrics)
     self.history[kind].append({"step": step, **metrics})
 
   def _report(self, base: dict, final: dict) -> dict:
-    plot_eval_curves(self.history["eval"], self.cfg.domains.ids,
-                     os.path.join(self.workdir, "eval_success.png"))
     table = success_table(base, final, self.cfg.domains.ids)
-    with open(os.path.join(self.workdir, "summary.md"), "w") as f:
-      f.write(f"# Held-out success: base vs after {self.step} RL steps\n\n{table}\n")
+    if is_primary():
+      plot_eval_curves(self.history["eval"], self.cfg.domains.ids,
+                       os.path.join(self.workdir, "eval_success.png"))
+      with open(os.path.join(self.workdir, "summary.md"), "w") as f:
+        f.write(f"# Held-out success: base vs after {self.step} RL steps\n\n{table}\n")
     return {"base": base, "final": final, "table": table}
 
   def close(self):
     self.pool.close()
-    self.writer.close()
+    if self.writer is not None:
+      self.writer.close()
 
 
-def _rollout_metrics(records: list[dict]) -> dict:
-  out = {}
-  by_domain: dict[str, list[dict]] = collections.defaultdict(list)
-  for r in records:
-    by_domain[r["domain"]].append(r)
-  out["reward/mean"] = float(np.mean([r["reward"] for r in records]))
-  out["success/mean"] = float(np.mean([r["success"] for r in records]))
-  out["response_length/mean"] = float(np.mean([r["length"] for r in records]))
-  out["infra_errors"] = float(sum(r["infra_error"] for r in records))
-  for d, rs in by_domain.items():
-    out[f"reward/{d}"] = float(np.mean([r["reward"] for r in rs]))
-    out[f"share/{d}"] = len(rs) / len(records)
-  return out
+def _pad_width(arrays: dict, width: int, pad_id: int) -> dict:
+  """Right-pads the sequence arrays of a rollout to ``width`` tokens."""
+  extra = width - arrays["tokens"].shape[1]
+  if not extra:
+    return {}
+  return {
+      "tokens": np.pad(arrays["tokens"], ((0, 0), (0, extra)), constant_values=pad_id),
+      "loss_mask": np.pad(arrays["loss_mask"], ((0, 0), (0, extra))),
+      "old_logp": np.pad(arrays["old_logp"], ((0, 0), (0, extra))),
+  }
 
 
 def train(cfg: TrainConfig, workdir: str) -> dict:

@@ -41,7 +41,7 @@ def test_unknown_key_is_named_with_a_suggestion():
 
 
 @pytest.mark.parametrize("overrides,match", [
-    ({"rollout.group_size": 1}, r"group_size must be >= 2 for GRPO"),
+    ({"rollout.group_size": 1}, r"group_size must be >= 2 for grpo"),
     ({"rollout.batch_size": 18}, r"batch_size=18 completions is not divisible by rollout.group_size=4"),
     ({"optim.learning_rate": -1e-4}, r"learning_rate must be > 0, got -0.0001"),
     ({"rollout.temperature": "hot"}, r"rollout.temperature must be a number, got str 'hot'"),
@@ -50,6 +50,16 @@ def test_unknown_key_is_named_with_a_suggestion():
     ({"rl.minibatches": 3}, r"not divisible by rl.minibatches=3"),
     ({"domains.ids": []}, r"domains.ids is empty"),
     ({"domains.weights": [1.0]}, r"domains.weights has 1 entries"),
+    ({"curriculum.strategy": "uniformm"},
+     r"Unknown domain sampling strategy 'uniformm'.*Did you mean 'uniform'"),
+    ({"domains.weights": [1.0] * 6}, r"domains.weights is set but curriculum.strategy='uniform'"),
+    ({"curriculum.strategy": "fixed"}, r"curriculum.strategy='fixed' needs domains.weights"),
+    ({"curriculum.min_share": 0.2}, r"min_share"),
+    ({"curriculum.priorities": {"rlpt/math-add-easy-v0": -1.0}}, r"priorities must be finite and >= 0"),
+    ({"curriculum.priorities": {"rlpt/nope-v0": 1.0}}, r"extra \['rlpt/nope-v0'\]"),
+    ({"rl.advantage": "rloo", "rollout.group_size": 1, "rollout.batch_size": 16},
+     r"group_size must be >= 2 for rloo"),
+    ({"rl.kl_mode": "both"}, r"rl.kl_mode must be 'loss' or 'reward'"),
 ])
 def test_impossible_values_are_rejected(overrides, match):
   with pytest.raises(ConfigError, match=match):
@@ -73,7 +83,7 @@ def test_impossible_flag_value_fails_with_one_clear_line(tmp_path):
   r = _launch("--config=experiments/grpo_default.py:smoke", f"--workdir={tmp_path}",
               "--config.rollout.group_size=1")
   assert r.returncode != 0
-  assert "Invalid config: rollout.group_size must be >= 2 for GRPO" in r.stderr
+  assert "Invalid config: rollout.group_size must be >= 2 for grpo" in r.stderr
   assert not os.path.exists(tmp_path / "metrics.jsonl")
 
 

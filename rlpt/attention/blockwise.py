@@ -3,12 +3,13 @@
 Queries and keys are cut into blocks of ``block_q`` x ``block_k``. For every
 query block we first decide, from per-block position ranges, which key blocks
 can hold a visible key at all (causal, sliding window, sinks, kv_valid), and
-compact their indices into a list. The kernel then loops over only that list
+compact their indices into a list (O(T / block_k) memory, built inside the
+loop over query blocks). The kernel then loops over only that list
 (a ``fori_loop`` with a data-dependent trip count, i.e. a ``while_loop``), so a
 masked-out block costs neither FLOPs nor memory traffic; causal attention does
 about half the work of dense, a sliding window O(T * window).
 
-The same list drives the backward pass, which is a hand-written
+The transposed test drives the backward pass, which is a hand-written
 FlashAttention-2 backward (``jax.custom_vjp``): it keeps only q, k, v, the
 output and the per-row log-sum-exp, and recomputes the probabilities block by
 block, so training memory is also O(T). Autodiff through a data-dependent loop
@@ -49,40 +50,53 @@ class BlockSpec(NamedTuple):
   scale: float
 
 
+def block_ranges(positions_BxT, valid_BxT, block: int):
+  """Per-block (min, max) position over the batch, each [T // block] int32.
+
+  Invalid entries are ignored; a block with none valid gets the empty range
+  (int32 max, -int32 max), which no query can see.
+  """
+  b, t = positions_BxT.shape
+  p_BxIxQ = positions_BxT.reshape(b, t // block, block).astype(jnp.int32)
+  if valid_BxT is None:
+    return p_BxIxQ.min(axis=(0, 2)), p_BxIxQ.max(axis=(0, 2))
+  valid = valid_BxT.reshape(p_BxIxQ.shape)
+  return (jnp.where(valid, p_BxIxQ, _IMAX).min(axis=(0, 2)),
+          jnp.where(valid, p_BxIxQ, -_IMAX).max(axis=(0, 2)))
+
+
+def _may_see(qmin, qmax, kmin, kmax, window, num_sinks):
+  """Broadcasting block test: may some query in [qmin, qmax] see a key in [kmin, kmax]?"""
+  needed = kmin <= qmax
+  if window is not None:
+    near = kmax > qmin - window
+    if num_sinks:
+      near |= kmin < num_sinks
+    needed &= near
+  return needed
+
+
 def needed_block_pairs(q_positions_BxT, kv_positions_BxS, kv_valid_BxS, block_q: int,
                        block_k: int, window: int | None = None,
                        num_sinks: int = 0) -> jax.Array:
   """[I, J] bool: query block i may see a key in key block j (conservative).
 
   T and S must be multiples of block_q and block_k. Works on any token layout:
-  only each block's position range matters.
+  only each block's position range matters. The kernels evaluate this one row
+  (or column) at a time, so they never hold the I x J matrix.
   """
-  b, t = q_positions_BxT.shape
-  s = kv_positions_BxS.shape[1]
-  qp_BxIxQ = q_positions_BxT.reshape(b, t // block_q, block_q).astype(jnp.int32)
-  qmin_I = qp_BxIxQ.min(axis=(0, 2))
-  qmax_I = qp_BxIxQ.max(axis=(0, 2))
-  kp_BxJxC = kv_positions_BxS.reshape(b, s // block_k, block_k).astype(jnp.int32)
-  if kv_valid_BxS is None:
-    valid = jnp.ones(kp_BxJxC.shape, bool)
-  else:
-    valid = kv_valid_BxS.reshape(kp_BxJxC.shape)
-  # A block with no valid key gets an empty range and is never visited.
-  kmin_J = jnp.where(valid, kp_BxJxC, _IMAX).min(axis=(0, 2))
-  kmax_J = jnp.where(valid, kp_BxJxC, -_IMAX).max(axis=(0, 2))
-  needed = kmin_J[None, :] <= qmax_I[:, None]
-  if window is not None:
-    near = kmax_J[None, :] > qmin_I[:, None] - window
-    if num_sinks:
-      near |= (kmin_J < num_sinks)[None, :]
-    needed &= near
-  return needed
+  qmin_I, qmax_I = block_ranges(q_positions_BxT, None, block_q)
+  kmin_J, kmax_J = block_ranges(kv_positions_BxS, kv_valid_BxS, block_k)
+  return _may_see(qmin_I[:, None], qmax_I[:, None], kmin_J[None], kmax_J[None], window,
+                  num_sinks)
 
 
-def _schedule(needed_IxJ):
-  """Row-wise compaction: (order [I, J] int32 with needed indices first, count [I])."""
-  order = jnp.argsort(jnp.where(needed_IxJ, 0, 1), axis=1, stable=True).astype(jnp.int32)
-  return order, needed_IxJ.sum(axis=1, dtype=jnp.int32)
+def _compact(needed_J):
+  """(indices of the True entries first [J] int32, their count): an O(J) scatter."""
+  n = needed_J.shape[0]
+  slot = jnp.where(needed_J, jnp.cumsum(needed_J, dtype=jnp.int32) - 1, n)
+  order = jnp.zeros((n,), jnp.int32).at[slot].set(jnp.arange(n, dtype=jnp.int32), mode="drop")
+  return order, needed_J.sum(dtype=jnp.int32)
 
 
 def _slice(x, start, size):
@@ -108,17 +122,19 @@ def flash_forward(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, q_pos_BxT, kv_pos_BxS, kv_v
   """
   b, t, kh, g, h = q_BxTxKxGxH.shape
   bq, bk = spec.block_q, spec.block_k
-  order_IxJ, count_I = _schedule(needed_block_pairs(
-      q_pos_BxT, kv_pos_BxS, kv_valid_BxS, bq, bk, spec.window, spec.num_sinks))
+  qmin_I, qmax_I = block_ranges(q_pos_BxT, None, bq)
+  kmin_J, kmax_J = block_ranges(kv_pos_BxS, kv_valid_BxS, bk)
 
   def q_block(i, carry):
     out, lse = carry
     q_b = _slice(q_BxTxKxGxH, i * bq, bq)
     qp_b = _slice(q_pos_BxT, i * bq, bq)
+    order_J, count = _compact(_may_see(qmin_I[i], qmax_I[i], kmin_J, kmax_J, spec.window,
+                                       spec.num_sinks))
 
     def kv_block(n, state):
       m_BxKxGxQ, l_BxKxGxQ, acc_BxKxGxQxH = state
-      j = order_IxJ[i, n]
+      j = order_J[n]
       k_b = _slice(k_BxSxKxH, j * bk, bk)
       v_b = _slice(v_BxSxKxH, j * bk, bk)
       mask = _block_mask(qp_b, _slice(kv_pos_BxS, j * bk, bk), _slice(kv_valid_BxS, j * bk, bk),
@@ -137,7 +153,7 @@ def flash_forward(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, q_pos_BxT, kv_pos_BxS, kv_v
 
     init = (jnp.full((b, kh, g, bq), -jnp.inf, _F32), jnp.zeros((b, kh, g, bq), _F32),
             jnp.zeros((b, kh, g, bq, h), _F32))
-    m, l, acc = lax.fori_loop(0, count_I[i], kv_block, init)
+    m, l, acc = lax.fori_loop(0, count, kv_block, init)
     o_b = acc / jnp.where(l == 0.0, 1.0, l)[..., None]
     lse_b = jnp.where(l == 0.0, -jnp.inf, m + jnp.log(jnp.where(l == 0.0, 1.0, l)))
     out = lax.dynamic_update_slice_in_dim(out, jnp.moveaxis(o_b, 3, 1), i * bq, axis=1)
@@ -159,9 +175,8 @@ def flash_backward(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, q_pos_BxT, kv_pos_BxS, kv_
   """
   b, t, kh, g, h = q_BxTxKxGxH.shape
   bq, bk = spec.block_q, spec.block_k
-  needed = needed_block_pairs(q_pos_BxT, kv_pos_BxS, kv_valid_BxS, bq, bk, spec.window,
-                              spec.num_sinks)
-  order_JxI, count_J = _schedule(needed.T)
+  qmin_I, qmax_I = block_ranges(q_pos_BxT, None, bq)
+  kmin_J, kmax_J = block_ranges(kv_pos_BxS, kv_valid_BxS, bk)
   do = dout_BxTxKxGxH.astype(_F32)
   delta_BxTxKxG = jnp.sum(do * out_BxTxKxGxH.astype(_F32), axis=-1)
   hi = lax.Precision.HIGHEST
@@ -172,10 +187,12 @@ def flash_backward(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, q_pos_BxT, kv_pos_BxS, kv_
     v_b = _slice(v_BxSxKxH, j * bk, bk)
     kp_b = _slice(kv_pos_BxS, j * bk, bk)
     kvalid_b = _slice(kv_valid_BxS, j * bk, bk)
+    order_I, count = _compact(_may_see(qmin_I, qmax_I, kmin_J[j], kmax_J[j], spec.window,
+                                       spec.num_sinks))
 
     def q_block(n, state):
       dq, dk_BxCxKxH, dv_BxCxKxH = state
-      i = order_JxI[j, n]
+      i = order_I[n]
       q_b = _slice(q_BxTxKxGxH, i * bq, bq)
       do_b = _slice(do, i * bq, bq)
       lse_b = jnp.moveaxis(_slice(lse_BxTxKxG, i * bq, bq), 1, 3)
@@ -194,7 +211,7 @@ def flash_backward(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, q_pos_BxT, kv_pos_BxS, kv_
       return dq, dk_BxCxKxH, dv_BxCxKxH
 
     zeros = jnp.zeros((b, bk, kh, h), _F32)
-    dq, dk_b, dv_b = lax.fori_loop(0, count_J[j], q_block, (dq, zeros, zeros))
+    dq, dk_b, dv_b = lax.fori_loop(0, count, q_block, (dq, zeros, zeros))
     dk = lax.dynamic_update_slice_in_dim(dk, dk_b, j * bk, axis=1)
     dv = lax.dynamic_update_slice_in_dim(dv, dv_b, j * bk, axis=1)
     return dq, dk, dv

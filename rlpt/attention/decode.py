@@ -19,7 +19,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
 
 from rlpt.attention.blockwise import BlockSpec, block_sizes, flash_forward, pad_axis1
 from rlpt.attention.ring import activation_specs

@@ -35,9 +35,14 @@ class TaskSampler:
     self._rng = np.random.default_rng(seed)
 
   def sample(self, n: int) -> list[Task]:
+    """n tasks, each domain drawn by this sampler's fixed weights."""
     idx = self._rng.choice(len(self.domains), size=n, p=self.weights)
-    seeds = self._rng.integers(0, 2**62, size=n)
-    return [Task(self.domains[i], int(s), "train") for i, s in zip(idx, seeds)]
+    return self.tasks_for([self.domains[i] for i in idx])
+
+  def tasks_for(self, domains: Sequence[str]) -> list[Task]:
+    """A fresh training task in each given domain (a curriculum chose the domains)."""
+    seeds = self._rng.integers(0, 2**62, size=len(domains))
+    return [Task(d, int(s), "train") for d, s in zip(domains, seeds)]
 
   def state_dict(self) -> dict:
     return {"bit_generator": self._rng.bit_generator.state}

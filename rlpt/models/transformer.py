@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlpt.attention import attention, attention_mask
 from rlpt.models.config import ModelConfig
 from rlpt.sharding import constrain
 
@@ -100,23 +101,39 @@ class Attention(nnx.Module):
     """Self-attention; with a cache, writes this block's K/V at write_index_B.
 
     Without a cache, keys are this block's own tokens (training, scoring).
+    There, unless the config keeps the default dense attention without a
+    window, rlpt.attention masks by positions_BxT (causal, window, sinks) and
+    mask_BxTxS is not consulted: callers pass causal_mask(positions, positions).
+    With a cache the attention is dense over mask_BxTxS, narrowed to the window
+    assuming cache slot s holds position s (as the sampler writes it).
     Returns (y_BxTxD, (k_BxSxKxH, v_BxSxKxH) or None).
     """
-    dt = self.cfg.jnp_dtype
+    cfg = self.cfg
+    dt = cfg.jnp_dtype
     q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.wq[...].astype(dt))
     k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wk[...].astype(dt))
     v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wv[...].astype(dt))
-    q = apply_rope(q, positions_BxT, self.cfg.rope_theta)
-    k = apply_rope(k, positions_BxT, self.cfg.rope_theta)
+    q = apply_rope(q, positions_BxT, cfg.rope_theta)
+    k = apply_rope(k, positions_BxT, cfg.rope_theta)
     q = constrain(q, ("batch", "seq", "heads", "head_dim"))
     new_kv = None
-    if cache_kv is not None:
-      ck, cv = cache_kv
-      write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
-      ck = write(ck, k.astype(ck.dtype), write_index_B)
-      cv = write(cv, v.astype(cv.dtype), write_index_B)
-      k, v, new_kv = ck, cv, (ck, cv)
-    out = dense_attention(q, k, v, mask_BxTxS)
+    window = cfg.attention_window or None
+    if cache_kv is None and (cfg.attention_impl != "dense" or window):
+      out = attention(q, k, v, q_positions=positions_BxT, kv_positions=positions_BxT,
+                      impl=cfg.attention_impl, window=window, num_sinks=cfg.attention_sinks,
+                      block_size=cfg.attention_block_size)
+    else:
+      if cache_kv is not None:
+        ck, cv = cache_kv
+        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
+        ck = write(ck, k.astype(ck.dtype), write_index_B)
+        cv = write(cv, v.astype(cv.dtype), write_index_B)
+        k, v, new_kv = ck, cv, (ck, cv)
+        if window:
+          slots_BxS = jnp.broadcast_to(jnp.arange(ck.shape[1]), ck.shape[:2])
+          mask_BxTxS &= attention_mask(positions_BxT, slots_BxS, None, window,
+                                       cfg.attention_sinks)
+      out = dense_attention(q, k, v, mask_BxTxS)
     y = jnp.einsum("btnh,nhd->btd", out, self.wo[...].astype(dt))
     return y, new_kv
 

@@ -3,16 +3,24 @@
 Model code names only logical axes (``batch``, ``seq``, ``embed``, ``heads``,
 ``kv_heads``, ``head_dim``, ``mlp``, ``vocab``); one rules table maps them to
 mesh axes. Changing how a model is laid out on a pod is a change to the rules,
-never to the model.
+never to the model. Two tables: ``DEFAULT_RULES`` (training: FSDP + tensor) and
+``SAMPLE_RULES`` (sampling: tensor only); runs take theirs from
+``TrainConfig.sharding``. ``rlpt.sharding.memory`` plans per-device bytes on
+abstract meshes.
 """
 
 from rlpt.sharding.mesh import MESH_AXES, make_mesh
 from rlpt.sharding.rules import (
     DEFAULT_RULES,
+    KV_CACHE_AXES,
+    LOGICAL_AXES,
+    SAMPLE_RULES,
     Rules,
+    check_rules,
     constrain,
     logical_to_spec,
     named_sharding,
+    per_device_bytes,
     state_shardings,
     use_rules,
 )
@@ -21,10 +29,15 @@ __all__ = [
     "MESH_AXES",
     "make_mesh",
     "DEFAULT_RULES",
+    "KV_CACHE_AXES",
+    "LOGICAL_AXES",
+    "SAMPLE_RULES",
     "Rules",
+    "check_rules",
     "constrain",
     "logical_to_spec",
     "named_sharding",
+    "per_device_bytes",
     "state_shardings",
     "use_rules",
 ]

@@ -2,7 +2,6 @@
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from rlpt.models.transformer import apply_rope
 
 
 def _x_and_positions(t=16, h=64):
-  x = jax.random.normal(jax.random.key(0), (2, t, 3, h))
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((2, t, 3, h)), jnp.float32)
   pos = jnp.broadcast_to(jnp.arange(t) * 37, (2, t))
   return x, pos
 

@@ -38,7 +38,15 @@ def test_smoke_run(name, tmp_path, base_cache, monkeypatch):
     rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
     assert rows[-1]["step"] == cfg.steps and rows[-1]["loss"] < rows[0]["loss"]
     return
-  assert module.RUNNER == "train", f"experiments/{name}.py: RUNNER must be 'train' or 'pretrain'"
+  if module.RUNNER == "plan":
+    from launch.plan import plan
+    from rlpt.config import PlanConfig
+    result = plan(from_config_dict(PlanConfig, cd))
+    assert result.rows["policy params"] > 0 and result.peak > 0
+    assert "| **peak**" in result.table()
+    return
+  assert module.RUNNER == "train", (
+      f"experiments/{name}.py: RUNNER must be 'train', 'pretrain' or 'plan'")
   cd.base.cache_dir = base_cache
   cd.progress = False
   cfg = from_config_dict(TrainConfig, cd)

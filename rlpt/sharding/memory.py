@@ -1,0 +1,179 @@
+"""Per-device memory of an RL run (policy, reference, critic) on a mesh, without allocating.
+
+Parameters, optimizer state, gradients and the KV cache come from abstract
+arrays (``nnx.eval_shape`` / ``jax.eval_shape``) laid out by the rules on a
+``jax.sharding.AbstractMesh``, so any device count can be planned on a laptop;
+they are exact for this codebase's models (fp32 parameters, Adam moments
+sharded like the parameters, KV cache in the model dtype). Activations are an
+estimate (see ``activation_bytes``): what backpropagation keeps per layer
+without rematerialisation, plus the fp32 logits.
+
+    python -m launch.plan --config=experiments/plan_llama_70b.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
+
+from rlpt.models import ModelConfig, Transformer, ValueModel, init_cache
+from rlpt.sharding.mesh import MESH_AXES, resolve_mesh_shape
+from rlpt.sharding.rules import (KV_CACHE_AXES, Rules, logical_to_spec, per_device_bytes,
+                                 state_shardings)
+
+GiB = 1024 ** 3
+
+
+def abstract_mesh(shape: Mapping[str, int], num_devices: int) -> AbstractMesh:
+  sizes = resolve_mesh_shape(shape, num_devices)
+  return AbstractMesh(sizes, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def axis_shards(name: str, rules: Rules, mesh) -> int:
+  """How many ways the rules split logical axis ``name`` on ``mesh``."""
+  target = logical_to_spec((name,), rules)[0]
+  names = () if target is None else ((target,) if isinstance(target, str) else target)
+  return math.prod(mesh.shape[n] for n in names)
+
+
+def _adam() -> optax.GradientTransformation:
+  # Same state layout as rlpt.steps.make_optimizer (clip + adamw): mu, nu, count.
+  return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-4))
+
+
+@functools.lru_cache(maxsize=8)
+def _abstract_params(model_cls, model_cfg: ModelConfig) -> nnx.State:
+  return nnx.split(nnx.eval_shape(lambda: model_cls(model_cfg, nnx.Rngs(0))))[1]
+
+
+def model_bytes(model_cls, model_cfg: ModelConfig, mesh, rules: Rules) -> dict[str, int]:
+  """Per-device bytes of a model's params, Adam state and gradients under ``rules``."""
+  from rlpt.runtime import opt_state_shardings
+  params = _abstract_params(model_cls, model_cfg)
+  sh = state_shardings(params, mesh, rules)
+  opt = _adam()
+  opt_abstract = jax.eval_shape(opt.init, params)
+  opt_sh = opt_state_shardings(opt, params, sh, mesh)
+  p = per_device_bytes(params, sh)
+  return {"params": p, "optimizer": per_device_bytes(opt_abstract, opt_sh), "gradients": p,
+          "count": sum(x.size for x in jax.tree.leaves(params))}
+
+
+def kv_cache_bytes(model_cfg: ModelConfig, batch: int, length: int, mesh, rules: Rules) -> int:
+  cache = jax.eval_shape(lambda: init_cache(model_cfg, batch, length))
+  sh = NamedSharding(mesh, logical_to_spec(KV_CACHE_AXES, rules))
+  for x in cache:
+    sh.shard_shape(x.shape)  # raises if a dimension does not divide
+  return per_device_bytes(tuple(cache), (sh, sh))
+
+
+def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, mesh, rules: Rules) -> int:
+  """Estimated per-device bytes backprop keeps for one train micro-batch.
+
+  Per token and layer, in the activation dtype (``a`` bytes): the residual
+  stream, two norm outputs and the block output (4 D); q, k, v and the
+  attention output (2 N H + 2 K H, split by the heads / kv_heads rules); the
+  MLP gate, up and product (3 F, split by the mlp rule); and in fp32 the
+  attention scores and probabilities over the keys a query sees at once
+  (2 N S: S = seq_len for dense attention, the block size for blockwise
+  kernels). Plus the fp32 logits and log-softmax (2 V, split by the vocab
+  rule). Tokens are split by the batch rule.
+  """
+  a = jnp.dtype(cfg.dtype).itemsize
+  shards = lambda name: axis_shards(name, rules, mesh)
+  tokens = batch * seq_len / shards("batch")
+  n, k, h, d, f = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.d_model, cfg.mlp_dim
+  keys = seq_len if cfg.attention_impl == "dense" else min(seq_len, cfg.attention_block_size)
+  per_layer = (a * 4 * d + a * (2 * n * h / shards("heads") + 2 * k * h / shards("kv_heads"))
+               + a * 3 * f / shards("mlp") + 4 * 2 * n * keys / shards("heads"))
+  logits = 4 * 2 * cfg.vocab_size / shards("vocab")
+  return int(tokens * (cfg.num_layers * per_layer + logits))
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+  """Bytes per device of each part of a run (``rows``), and on host (``host_rows``)."""
+
+  mesh: dict[str, int]
+  rows: dict[str, int]
+  host_rows: dict[str, int]
+  param_counts: dict[str, int]
+  device_memory_bytes: int
+
+  @property
+  def peak(self) -> int:
+    """Resident state plus the larger of the two phases: sampling (KV cache)
+    or an update (gradients and activations of the policy step, the larger one)."""
+    r = self.rows
+    resident = sum(v for k, v in r.items()
+                   if k not in ("policy gradients", "value gradients", "KV cache (sampling)",
+                                "activations (policy step)"))
+    update = r["policy gradients"] + r["activations (policy step)"]
+    return resident + max(r["KV cache (sampling)"], update)
+
+  def table(self) -> str:
+    mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
+    lines = [f"mesh {mesh} ({math.prod(self.mesh.values())} devices); parameters: "
+             + ", ".join(f"{k} {v / 1e9:.2f}B" for k, v in self.param_counts.items()),
+             "", "| per device | GiB |", "|---|---:|"]
+    lines += [f"| {k} | {v / GiB:.2f} |" for k, v in self.rows.items()]
+    lines.append(f"| **peak** (resident + max(sampling, update)) | **{self.peak / GiB:.2f}** |")
+    if self.device_memory_bytes:
+      verdict = "fits" if self.peak <= self.device_memory_bytes else "does NOT fit"
+      lines.append(f"| device memory | {self.device_memory_bytes / GiB:.2f} ({verdict}) |")
+    for k, v in self.host_rows.items():
+      lines.append(f"| host: {k} | {v / GiB:.2f} |")
+    return "\n".join(lines)
+
+
+def memory_plan(model_cfg: ModelConfig, mesh_shape: Mapping[str, int], num_devices: int,
+                train_rules: Rules, sample_rules: Rules, *, train_batch: int, seq_len: int,
+                sample_batch: int, sample_len: int, reference: bool = True,
+                reference_memory: str = "device", value_model: bool = True,
+                device_memory_gib: float = 0.0) -> MemoryPlan:
+  """Per-device bytes of a policy (+ reference, + critic) run; nothing is allocated.
+
+  ``train_batch`` sequences of ``seq_len`` tokens per update micro-batch;
+  ``sample_batch`` sequences decoded together with a KV cache of
+  ``sample_len`` (prompt + new tokens).
+  """
+  mesh = abstract_mesh(mesh_shape, num_devices)
+  for what, size, rules in (("train_batch", train_batch, train_rules),
+                            ("sample_batch", sample_batch, sample_rules)):
+    if size % axis_shards("batch", rules, mesh):
+      raise ValueError(f"{what}={size} must be a multiple of the "
+                       f"{axis_shards('batch', rules, mesh)} batch shards of mesh {dict(mesh.shape)}.")
+  policy = model_bytes(Transformer, model_cfg, mesh, train_rules)
+  sample = model_bytes(Transformer, model_cfg, mesh, sample_rules)
+  rows = {"policy params": policy["params"], "policy optimizer (Adam)": policy["optimizer"],
+          "policy gradients": policy["gradients"], "policy sampling copy": sample["params"]}
+  host_rows = {}
+  counts = {"policy": policy["count"]}
+  if reference:
+    if reference_memory == "pinned_host":
+      # On the host each process holds its devices' shards.
+      rows["reference params"] = 0
+      host_rows["reference params (per device's shard)"] = policy["params"]
+    else:
+      rows["reference params"] = policy["params"]
+  if value_model:
+    value = model_bytes(ValueModel, model_cfg, mesh, train_rules)
+    counts["value"] = value["count"]
+    rows.update({"value params": value["params"], "value optimizer (Adam)": value["optimizer"],
+                 "value gradients": value["gradients"]})
+  else:
+    rows.update({"value params": 0, "value optimizer (Adam)": 0, "value gradients": 0})
+  rows["KV cache (sampling)"] = kv_cache_bytes(model_cfg, sample_batch, sample_len, mesh,
+                                               sample_rules)
+  rows["activations (policy step)"] = activation_bytes(model_cfg, train_batch, seq_len, mesh,
+                                                       train_rules)
+  return MemoryPlan({k: v for k, v in mesh.shape.items()}, rows, host_rows, counts,
+                    int(device_memory_gib * GiB))
