@@ -46,7 +46,8 @@ def main(_):
   # Decode throughput with no early stop: every row generates max_new_tokens.
   sampler = Sampler(trainer.graphdef, trainer.model_cfg, ro.max_prompt_len, ro.max_new_tokens,
                     trainer.tokenizer.pad_id, ())
-  prompts = trainer.pool.reset(trainer.task_sampler.sample(ro.batch_size))
+  from rlpt.data import TaskSampler
+  prompts = trainer.pool.reset(TaskSampler(cfg.domains.ids, seed=cfg.seed).sample(ro.batch_size))
   from rlpt.rollout import encode_prompts
   ids, lengths = encode_prompts([p.text for p in prompts], trainer.tokenizer, ro.max_prompt_len,
                                 bucket=16)

@@ -21,7 +21,7 @@ RUNNER = "train"
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = default_config_dict(TrainConfig)
   c.seed = 0
-  c.steps = 150
+  c.steps = 200
   c.base.update(experiment="pretrain_base", arg="")
   c.domains.ids = list(domains.DEFAULT)
   c.rollout.update(batch_size=128, group_size=8, max_prompt_len=72, max_new_tokens=16,

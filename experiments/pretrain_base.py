@@ -1,7 +1,10 @@
 """Supervised pre-training of the built-in tiny base model (about 0.8M parameters).
 
-Trains on the demonstrations of the default domains, deliberately briefly so
-the base succeeds only sometimes: the starting point RL post-training needs.
+Trains on the demonstrations of the default domains, briefly, and from an
+imperfect teacher (30% of demonstrations carry one wrong character, as SFT data
+distilled from a weaker model would): the base succeeds only sometimes and has
+inherited slips that the verifiers, through RL, can remove. That is the
+situation RL post-training is for.
 The RL experiments build and cache this base on first use; to build it alone:
 
     python -m launch.pretrain --config=experiments/pretrain_base.py --workdir=runs/base
@@ -27,10 +30,14 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.max_len = 88
   c.optim.update(learning_rate=3e-3, warmup_steps=50, decay="cosine", b2=0.99, grad_clip=1.0)
   c.log_every = 25
+  # The base imitates an imperfect teacher: 30% of its demonstrations carry one
+  # wrong character. RL against the verifiers removes the inherited slips.
+  c.demo_noise = 0.3
   if arg == "smoke":
     c.model.update(d_model=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, mlp_dim=64)
     c.steps = 20
     c.batch_size = 16
+    c.optim.update(warmup_steps=2, decay="constant")
     c.log_every = 5
   elif arg:
     raise ValueError(f"Unknown pretrain_base argument '{arg}'; expected '' or 'smoke'.")

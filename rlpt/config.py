@@ -224,6 +224,13 @@ class DomainsConfig:
 
 @dataclasses.dataclass(frozen=True)
 class PretrainConfig:
+  """Supervised pre-training of a base on the domains' demonstrations.
+
+  demo_noise: fraction of demonstrations with one wrong character, as in SFT
+    data distilled from an imperfect teacher. The base inherits those slips;
+    RL against the verifiers is what removes them.
+  """
+
   seed: int = 0
   model: ModelConfig = ModelConfig()
   domains: DomainsConfig = DomainsConfig(ids=("rlpt/math-add-easy-v0",))
@@ -232,11 +239,13 @@ class PretrainConfig:
   max_len: int = 80
   optim: OptimConfig = OptimConfig(learning_rate=3e-3, warmup_steps=50, decay="cosine")
   log_every: int = 50
+  demo_noise: float = 0.0
 
   def __post_init__(self):
     _require(self.steps > 0, f"steps must be > 0, got {self.steps}.")
     _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}.")
     _require(self.max_len > 2, f"max_len must be > 2, got {self.max_len}.")
+    _require(0.0 <= self.demo_noise < 1.0, f"demo_noise must be in [0, 1), got {self.demo_noise}.")
 
 
 # ----------------------------------------------------------------------------
@@ -391,6 +400,42 @@ class EvalConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """Complete run checkpoints under ``workdir/checkpoints`` (rlpt.checkpoint.manager).
+
+  every: save after every ``every`` steps and after the last one; 0 turns
+    checkpoints (and resuming) off.
+  keep: how many of the latest checkpoints to keep.
+  keep_best: also keep the checkpoint with the best ``best_metric`` (any train
+    or eval metric logged at the checkpoint's step; eval metrics such as
+    ``success/mean`` exist only at eval steps, so make ``every`` a multiple of
+    ``eval.every``), ranked by ``best_mode`` ("max" or "min").
+  async_save: write in a background thread; the loop waits only for the
+    device-to-host copy (and for the previous save, if still running).
+  export: write the final policy as a plain parameter checkpoint to
+    ``workdir/export`` (rlpt.checkpoint.save_model).
+  """
+
+  every: int = 25
+  keep: int = 3
+  keep_best: bool = True
+  best_metric: str = "success/mean"
+  best_mode: str = "max"
+  async_save: bool = True
+  export: bool = True
+
+  def __post_init__(self):
+    _require(self.every >= 0, f"checkpoint.every must be >= 0 (0 = no checkpoints), got "
+             f"{self.every}.")
+    _require(self.keep >= 1, f"checkpoint.keep must be >= 1, got {self.keep}.")
+    _require(not self.keep_best or bool(self.best_metric),
+             "checkpoint.best_metric is empty but checkpoint.keep_best=True; name a logged "
+             "metric such as 'success/mean'.")
+    _require(self.best_mode in ("max", "min"),
+             f"checkpoint.best_mode must be 'max' or 'min', got '{self.best_mode}'.")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """A whole RL run."""
 
@@ -406,6 +451,7 @@ class TrainConfig:
   eval: EvalConfig = EvalConfig()
   mesh: MeshConfig = MeshConfig()
   sharding: ShardingConfig = ShardingConfig()
+  checkpoint: CheckpointConfig = CheckpointConfig()
   log_every: int = 1
   progress: bool = True
 

@@ -33,17 +33,41 @@ from rlpt.tokenizers import ByteTokenizer
 log = logging.getLogger(__name__)
 
 
-def demonstration_batch(pool: EnvPool, tasks, tokenizer, max_len: int, bucket: int = 16):
+def corrupt(text: str, rng: np.random.Generator) -> str:
+  """One plausible slip of an imperfect teacher: a character replaced by another
+  of the same class (digit for digit, letter for letter of the same case)."""
+  if not text:
+    return text
+  i = int(rng.integers(len(text)))
+  c = text[i]
+  if c.isdigit():
+    pool = "0123456789"
+  elif c.islower():
+    pool = "abcdefghijklmnopqrstuvwxyz"
+  elif c.isupper():
+    pool = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+  else:
+    pool = "".join(sorted(set(text)))
+  choices = [x for x in pool if x != c] or [c]
+  return text[:i] + choices[int(rng.integers(len(choices)))] + text[i + 1:]
+
+
+def demonstration_batch(pool: EnvPool, tasks, tokenizer, max_len: int, bucket: int = 16,
+                        noise: float = 0.0, rng: np.random.Generator | None = None):
   """[B, L] tokens of BOS + prompt + demonstration + EOS, and the answer mask [B, L-1].
 
   L is the longest example rounded up to a multiple of ``bucket`` (at most
-  ``max_len``), so short batches do not pay for padding.
+  ``max_len``), so short batches do not pay for padding. With ``noise`` > 0 a
+  fraction of the demonstrations carry one ``corrupt`` slip.
   """
   prompts = pool.reset(tasks)
   rows, starts = [], []
   for task, p in zip(tasks, prompts):
     prompt = [tokenizer.bos_id] + tokenizer.encode(p.text)
-    answer = tokenizer.encode(p.info["demonstration"]) + [tokenizer.eos_id]
+    demo = p.info["demonstration"]
+    if noise and rng.random() < noise:
+      demo = corrupt(demo, rng)
+    answer = tokenizer.encode(demo) + [tokenizer.eos_id]
     if len(prompt) + len(answer) > max_len:
       raise ValueError(f"a demonstration of '{task.domain}' needs {len(prompt) + len(answer)} "
                        f"tokens but max_len is {max_len}.")
@@ -75,12 +99,14 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
                      graphdef=graphdef, optimizer=optimizer)
   pool = EnvPool(cfg.domains.ids, workers=2)
   sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=cfg.seed)
+  noise_rng = np.random.default_rng(cfg.seed + 7)
   writer = MetricsWriter(workdir)
   bar = _progress(cfg.steps, "pretrain", progress)
   t0 = time.time()
   try:
     for step in range(1, cfg.steps + 1):
-      tokens, mask = demonstration_batch(pool, sampler.sample(cfg.batch_size), tokenizer, cfg.max_len)
+      tokens, mask = demonstration_batch(pool, sampler.sample(cfg.batch_size), tokenizer,
+                                         cfg.max_len, noise=cfg.demo_noise, rng=noise_rng)
       state, metrics = step_fn(state, tokens, mask)
       if step % cfg.log_every == 0 or step == cfg.steps:
         metrics = jax.device_get(metrics)

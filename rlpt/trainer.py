@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import collections
 import functools
+import json
 import logging
+import math
 import os
 import time
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rlpt.checkpoint import RunCheckpointer, abstract_like, model_fingerprint, save_model
 from rlpt.config import TrainConfig, to_json
 from rlpt.curriculum import domain_metrics
-from rlpt.data import TaskSampler, eval_tasks
+from rlpt.data import TaskStream, eval_tasks
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
 from rlpt.models import ValueModel
 from rlpt.pretrain import _progress, resolve_base
@@ -130,14 +134,24 @@ class Trainer:
                              in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
     self.pool = EnvPool(cfg.domains.ids, workers=cfg.rollout.env_workers)
-    self.task_sampler = TaskSampler(cfg.domains.ids, seed=cfg.seed)
+    # Training tasks: a grain iterator of per-rollout seeds; the curriculum
+    # sampler picks each rollout's domains (see rlpt.data.stream).
+    self.task_stream = TaskStream(cfg.seed, cfg.rollout.prompts_per_step)
     self.domain_sampler = cfg.domain_sampler()
-    self.domain_rng = np.random.default_rng(cfg.seed + 1_000_003)
     self.eval_set = eval_tasks(cfg.domains.ids, cfg.eval.tasks_per_domain, seed=cfg.seed + 1)
     self.rng = jax.random.key(cfg.seed)
     self.step = 0
     self.writer = MetricsWriter(workdir) if is_primary() else None
     self.history: dict[str, list[dict]] = {"train": [], "eval": []}
+    # The reference is saved as a pointer (path + fingerprint), not weights.
+    self.base_fingerprint = model_fingerprint(self.base_path)
+    ck = cfg.checkpoint
+    self.checkpointer = None
+    if ck.every:
+      self.checkpointer = RunCheckpointer(
+          os.path.join(workdir, "checkpoints"), keep=ck.keep,
+          best_metric=ck.best_metric if ck.keep_best else None, best_mode=ck.best_mode,
+          async_save=ck.async_save)
 
   def _check_domains(self):
     from environments import registry
@@ -174,7 +188,8 @@ class Trainer:
     g = self.cfg.rollout.group_size
     timings = collections.defaultdict(float)
     t = time.perf_counter()
-    tasks = self.task_sampler.tasks_for(self.domain_sampler.sample(n_prompts, self.domain_rng))
+    tasks = self.task_stream.next_tasks(self.domain_sampler)
+    assert len(tasks) == n_prompts, (len(tasks), n_prompts)
     prompts = self.pool.reset(tasks)
     tasks_b = [task for task in tasks for _ in range(g)]
     texts_b = [p.text for p in prompts for _ in range(g)]
@@ -350,6 +365,9 @@ class Trainer:
     metrics["truncated_fraction"] = truncated
     metrics["kl/sequence"] = seq_kl
     metrics["kl/coef"] = kl_coef
+    # CRC-32 of the trained batch's tokens: an integer (exact in float64) that
+    # tells whether two runs sampled the same tokens (resume tests compare it).
+    metrics["rollout/token_hash"] = float(zlib.crc32(np.ascontiguousarray(arrays["tokens"])))
     gen_tokens = sum(r["length"] for r in records)
     metrics["throughput/generated_tokens_per_s"] = gen_tokens / max(timings["time/generate"], 1e-9)
     return metrics
@@ -394,11 +412,25 @@ class Trainer:
   # The loop.
 
   def run(self) -> dict:
-    """Trains for ``cfg.steps`` steps; writes metrics, the curve PNG and the table."""
-    cfg = self.cfg
-    base = self.evaluate()
-    self._log(0, "eval", base)
+    """Trains for ``cfg.steps`` steps; writes metrics, the curve PNG and the table.
+
+    Resumes from the latest checkpoint in ``workdir/checkpoints`` if there is
+    one (metrics.jsonl is cut back to that step, so the file ends up as an
+    uninterrupted run's); checkpoints every ``checkpoint.every`` steps and
+    after the last; exports the final policy to ``workdir/export``.
+    """
+    cfg, ck = self.cfg, self.cfg.checkpoint
+    resumed = self.restore() if self.step == 0 else None
+    if self.writer is not None and (resumed is not None or self.step == 0):
+      self.writer.rewind(self.step if resumed is not None else -1)
+    if resumed is None:
+      base = self.evaluate()
+      self._log(0, "eval", base)
+    else:
+      base = {k: v for k, v in self.history["eval"][0].items() if k != "step"}
     bar = _progress(cfg.steps, "rl", cfg.progress)
+    if bar is not None and self.step:
+      bar.update(self.step)
     try:
       while self.step < cfg.steps:
         metrics = self.train_step()
@@ -408,16 +440,122 @@ class Trainer:
           bar.update(1)
           bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                           tok_s=f"{metrics['throughput/generated_tokens_per_s']:.0f}")
+        ev = {}
         if self.step % cfg.eval.every == 0 or self.step == cfg.steps:
           ev = self.evaluate()
           self._log(self.step, "eval", ev)
           if bar is not None:
             bar.write(f"step {self.step}: held-out success {ev['success/mean']:.3f}")
+        # After the step's evaluation, so the checkpoint holds its eval row
+        # and the best-by metric can be an eval metric.
+        if self.checkpointer is not None and (self.step % ck.every == 0
+                                              or self.step == cfg.steps):
+          self.save_checkpoint({**metrics, **ev})
+        self._log_save_timings()
     finally:
       if bar is not None:
         bar.close()
+      if self.checkpointer is not None:
+        self.checkpointer.wait()
+        self._log_save_timings()
+    if ck.export:
+      self.export(os.path.join(self.workdir, "export"))
     final = self.history["eval"][-1]
     return self._report(base, final)
+
+  # --------------------------------------------------------------------------
+  # Checkpoints.
+
+  def _checkpoint_arrays(self) -> dict:
+    return {"policy": self.state, "value": self.value_state}
+
+  def _trainer_state(self) -> dict:
+    """Everything besides the arrays that the next step depends on, as JSON.
+
+    The minibatch order of a step is drawn from seed and step, so it has no
+    state; the environments are reset every rollout, so neither do they.
+    """
+    return _jsonable({
+        "step": self.step,
+        "rng": {"impl": str(jax.random.key_impl(self.rng)),
+                "data": np.asarray(jax.random.key_data(self.rng)).tolist()},
+        "tasks": self.task_stream.state_dict(),
+        "curriculum": self.domain_sampler.state_dict(),
+        "kl_controller": self.kl_ctl.state_dict(),
+        "history": self.history,
+        "reference": {"path": os.path.abspath(self.base_path),
+                      "fingerprint": self.base_fingerprint},
+    })
+
+  def save_checkpoint(self, metrics: dict | None = None) -> float:
+    """Saves the current step (asynchronously with checkpoint.async_save).
+
+    ``metrics``: this step's metrics, for keeping the best checkpoint. Returns
+    the seconds the loop was blocked.
+    """
+    if self.checkpointer is None:
+      raise ValueError("checkpoint.every=0: this run has no checkpoints.")
+    return self.checkpointer.save(self.step, self._checkpoint_arrays(), self._trainer_state(),
+                                  json.loads(to_json(self.cfg)), metrics)
+
+  def restore(self, step: int | None = None) -> int | None:
+    """Loads checkpoint ``step`` (default: the latest readable one) onto this
+    trainer's mesh; returns the restored step, or None if there is none.
+
+    The arrays are read straight into this trainer's shardings, so a run
+    saved on one mesh shape resumes on another.
+    """
+    if self.checkpointer is None:
+      return None
+    restored = self.checkpointer.restore(abstract_like(self._checkpoint_arrays()), step)
+    if restored is None:
+      return None
+    t = restored.trainer
+    ref = t["reference"]
+    if ref["fingerprint"] != self.base_fingerprint:
+      raise ValueError(
+          f"checkpoint step {restored.step} in {self.checkpointer.directory} was trained against "
+          f"the reference {ref['path']} (fingerprint {ref['fingerprint']}), but this run's base "
+          f"is {self.base_path} (fingerprint {self.base_fingerprint}); resuming would change the "
+          "KL term. Point base.checkpoint at the original model or use a new workdir.")
+    changed = _diff(restored.config, json.loads(to_json(self.cfg)))
+    if changed:
+      log.warning("Resuming step %d under a changed config: %s", restored.step,
+                  "; ".join(changed[:20]))
+    self.state = restored.arrays["policy"]
+    self.value_state = restored.arrays["value"]
+    self.sample_params = self._to_sample_layout(self.state.params)
+    self.rng = jax.random.wrap_key_data(np.asarray(t["rng"]["data"], np.uint32),
+                                        impl=t["rng"]["impl"])
+    self.task_stream.load_state_dict(t["tasks"])
+    self.domain_sampler.load_state_dict(t["curriculum"])
+    self.kl_ctl.load_state_dict(t["kl_controller"])
+    self.history = {k: list(v) for k, v in t["history"].items()}
+    self.step = restored.step
+    log.info("Resumed from checkpoint step %d in %s.", self.step, self.checkpointer.directory)
+    return self.step
+
+  def _log_save_timings(self):
+    """One ``checkpoint`` row per committed save: seconds in total and blocked."""
+    if self.checkpointer is None:
+      return
+    for t in self.checkpointer.finished():
+      if self.writer is not None:
+        self.writer.write(t.step, "checkpoint", {"checkpoint/save_seconds": t.total,
+                                                 "checkpoint/blocked_seconds": t.blocked})
+
+  def export(self, directory: str) -> None:
+    """The current policy as a plain parameter checkpoint (rlpt.checkpoint.save_model)."""
+    params = to_host(self.state.params)  # every process joins the gather
+    if jax.process_count() > 1:
+      # save_model is a single-process writer; the run checkpoints hold the
+      # sharded params of multi-process runs.
+      log.warning("Skipping the export to %s in a %d-process run; restore the last checkpoint "
+                  "in one process to export.", directory, jax.process_count())
+      return
+    save_model(directory, params, self.model_cfg,
+               {"step": self.step, "base": os.path.abspath(self.base_path),
+                "train_config": json.loads(to_json(self.cfg))})
 
   def _log(self, step: int, kind: str, metrics: dict):
     if self.writer is not None:
@@ -435,8 +573,32 @@ class Trainer:
 
   def close(self):
     self.pool.close()
+    if self.checkpointer is not None:
+      self.checkpointer.close()
     if self.writer is not None:
       self.writer.close()
+
+
+def _jsonable(x):
+  """numpy scalars and arrays inside ``x`` as Python numbers and lists (exact)."""
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (np.ndarray, np.generic)):
+    return x.tolist()
+  return x
+
+
+def _diff(old, new, path: str = "config") -> list[str]:
+  """Dotted paths where two JSON trees differ, with both values."""
+  if isinstance(old, dict) and isinstance(new, dict):
+    return [d for k in sorted(set(old) | set(new))
+            for d in _diff(old.get(k), new.get(k), f"{path}.{k}")]
+  if old != new and not (isinstance(old, float) and isinstance(new, float)
+                         and math.isnan(old) and math.isnan(new)):
+    return [f"{path}: {old!r} -> {new!r}"]
+  return []
 
 
 def _pad_width(arrays: dict, width: int, pad_id: int) -> dict:

@@ -36,6 +36,32 @@ class MetricsWriter:
         self._tb.add_scalar(f"{kind}/{k}", x, int(step))
     self._file.write(json.dumps(row) + "\n")
 
+  def rewind(self, last_step: int) -> int:
+    """Drops the rows after ``last_step`` (all rows when it is negative); returns how many.
+
+    A run resumed from the checkpoint of step ``last_step`` replays the steps
+    after it; their rows from the killed attempt (and a line torn by the kill)
+    go, so the file ends up as an uninterrupted run's. Kept lines stay
+    byte-identical. TensorBoard event files are append-only and keep both.
+    """
+    self._file.close()
+    with open(self.path) as f:
+      lines = f.readlines()
+    kept = []
+    for line in lines:
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if line.endswith("\n") and row["step"] <= last_step:
+        kept.append(line)
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      f.writelines(kept)
+    os.replace(tmp, self.path)
+    self._file = open(self.path, "a", buffering=1)
+    return len(lines) - len(kept)
+
   def close(self) -> None:
     self._file.close()
     if self._tb is not None:

@@ -1,0 +1,259 @@
+"""The policy's forward over a KV cache with a pluggable cache layout.
+
+The fast sampling paths (int8 KV cache, prefix-shared group cache,
+speculative decoding) need attention over cache layouts that
+``rlpt.models.Transformer`` does not know. Rather than growing the shared
+model, ``cached_forward`` runs the same parameters (``nnx.merge`` of the same
+graphdef, the model's own norms, MLP and RoPE) and delegates only the
+attention to a *layout*: a small hashable object with
+
+  init(cfg, batch, length) -> cache
+  prefill(graphdef, cfg, params, prompts_PxL, lengths_P, suffix_len) -> cache
+  attend(cache, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT) -> (out, cache)
+  group_size: rows per prompt (1, or G for a prefix-shared group)
+
+``FlatLayout`` (here) keeps one cache row per sequence with slot = position,
+in fp32 or int8; ``rlpt.sampling.prefix.PrefixLayout`` shares a prompt's
+cache across its group. Because slot = position (or position - prefix
+length), rolling a row back is only moving its position: entries beyond it
+are masked by position and overwritten by the next write.
+
+``FastSampler`` is the plain (one token per step) decode loop over any
+layout, with int8 or fp32 weights; ``rlpt.sampling.speculative`` adds a draft.
+
+Shape suffixes: P prompts, B rows (P * group_size), T new tokens, S cache
+slots, L layers, N query heads, K kv heads, H head_dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rlpt.models import KVCache, ModelConfig, init_cache
+from rlpt.models.transformer import apply_rope
+from rlpt.sampling.logits import SamplingParams, sample_token
+from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, dequantize_kv,
+                                 init_int8_cache, quantize_kv)
+from rlpt.sampling.sampler import SampleOutput
+
+AnyKV = KVCache | Int8KVCache
+
+
+def write_layer(cache: AnyKV, layer: int, k_BxTxKxH: jax.Array, v_BxTxKxH: jax.Array,
+                slot_B: jax.Array) -> AnyKV:
+  """Writes T new keys/values of each row at that row's slot (in place under jit)."""
+
+  def put(buf_LxBxSx, new_BxTx):
+    row = lambda c, u, s: jax.lax.dynamic_update_slice(
+        c, u[None].astype(c.dtype), (layer, s) + (0,) * (c.ndim - 2))
+    return jax.vmap(row, in_axes=(1, 0, 0), out_axes=1)(buf_LxBxSx, new_BxTx, slot_B)
+
+  if isinstance(cache, Int8KVCache):
+    kq, ks = quantize_kv(k_BxTxKxH)
+    vq, vs = quantize_kv(v_BxTxKxH)
+    return Int8KVCache(put(cache.k, kq), put(cache.v, vq), put(cache.k_scale, ks),
+                       put(cache.v_scale, vs))
+  return KVCache(put(cache.k, k_BxTxKxH), put(cache.v, v_BxTxKxH))
+
+
+def read_layer(cache: AnyKV, layer: int) -> tuple[jax.Array, jax.Array]:
+  """One layer's keys and values as fp32 [B, S, K, H]."""
+  if isinstance(cache, Int8KVCache):
+    return (dequantize_kv(cache.k[layer], cache.k_scale[layer]),
+            dequantize_kv(cache.v[layer], cache.v_scale[layer]))
+  return cache.k[layer].astype(jnp.float32), cache.v[layer].astype(jnp.float32)
+
+
+def attention_with_lse(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH,
+                       mask_BxTxS) -> tuple[jax.Array, jax.Array]:
+  """Softmax attention in fp32 that also returns the log-sum-exp of the scores.
+
+  Returns (out [B, T, N, H] normalised over the visible keys, lse [B, T, N]).
+  A query that sees no key gets out 0 and lse -inf, so it drops out of a
+  log-sum-exp merge (``merge_attention``).
+  """
+  b, t, n, h = q_BxTxNxH.shape
+  kh = k_BxSxKxH.shape[2]
+  q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
+  s_BxKxGxTxS = jnp.einsum("btkgh,bskh->bkgts", q, k_BxSxKxH.astype(jnp.float32)) * h ** -0.5
+  s_BxKxGxTxS = jnp.where(mask_BxTxS[:, None, None], s_BxKxGxTxS, -jnp.inf)
+  m = jnp.max(s_BxKxGxTxS, axis=-1, keepdims=True)
+  m = jnp.where(jnp.isfinite(m), m, 0.0)
+  p = jnp.exp(s_BxKxGxTxS - m)
+  denom = jnp.sum(p, axis=-1, keepdims=True)
+  out = jnp.einsum("bkgts,bskh->btkgh", p / jnp.where(denom == 0, 1.0, denom),
+                   v_BxSxKxH.astype(jnp.float32))
+  lse_BxKxGxT = (m + jnp.log(denom))[..., 0]
+  return out.reshape(b, t, n, h), jnp.moveaxis(lse_BxKxGxT, 3, 1).reshape(b, t, n)
+
+
+def merge_attention(out_a, lse_a, out_b, lse_b) -> jax.Array:
+  """Exact softmax over the union of two disjoint key sets from their partials."""
+  m = jnp.maximum(lse_a, lse_b)
+  m = jnp.where(jnp.isfinite(m), m, 0.0)
+  wa, wb = jnp.exp(lse_a - m), jnp.exp(lse_b - m)
+  return (out_a * wa[..., None] + out_b * wb[..., None]) / (wa + wb)[..., None]
+
+
+def cached_forward(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxT: jax.Array,
+                   positions_BxT: jax.Array, cache, attend, with_logits: bool = True):
+  """The Transformer's forward with ``attend`` in place of its cached attention.
+
+  Returns (logits [B, T, V] fp32 or None, cache). ``params`` must be fp32
+  (``as_params`` first), so that a QuantizedState is dequantized once per
+  jitted call, not once per decode step.
+  """
+  model = nnx.merge(graphdef, params)
+  cfg: ModelConfig = model.cfg
+  dec, dt = model.decoder, cfg.jnp_dtype
+  x = jnp.take(dec.embed[...], tokens_BxT, axis=0).astype(dt)
+  for i, block in enumerate(dec.blocks):
+    a = block.attn
+    h = block.attn_norm(x)
+    q = apply_rope(jnp.einsum("btd,dnh->btnh", h, a.wq[...].astype(dt)), positions_BxT,
+                   cfg.rope_theta)
+    k = apply_rope(jnp.einsum("btd,dkh->btkh", h, a.wk[...].astype(dt)), positions_BxT,
+                   cfg.rope_theta)
+    v = jnp.einsum("btd,dkh->btkh", h, a.wv[...].astype(dt))
+    out, cache = attend(cache, i, q, k, v, positions_BxT)
+    x = x + jnp.einsum("btnh,nhd->btd", out.astype(dt), a.wo[...].astype(dt))
+    x = x + block.mlp(block.mlp_norm(x))
+  if not with_logits:
+    return None, cache
+  h = dec.final_norm(x).astype(jnp.float32)
+  if cfg.tie_embeddings:
+    logits = jnp.einsum("btd,vd->btv", h, dec.embed[...]) * cfg.d_model ** -0.5
+  else:
+    logits = jnp.einsum("btd,dv->btv", h, model.lm_head[...])
+  return logits, cache
+
+
+def check_model_cfg(cfg: ModelConfig):
+  if cfg.attention_window:
+    raise ValueError(f"the fast sampling paths have no sliding window; model.attention_window "
+                     f"is {cfg.attention_window} (use rlpt.sampling.Sampler).")
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatLayout:
+  """One cache row per sequence, slot = position; fp32 or int8 (``kv_int8``)."""
+
+  kv_int8: bool = False
+  group_size: int = 1
+
+  def __post_init__(self):
+    if self.group_size != 1:
+      raise ValueError(f"FlatLayout has one row per prompt; got group_size {self.group_size} "
+                       "(repeat the prompts, or use PrefixLayout).")
+
+  def init(self, cfg: ModelConfig, batch: int, length: int) -> AnyKV:
+    return init_int8_cache(cfg, batch, length) if self.kv_int8 else init_cache(cfg, batch, length)
+
+  def attend(self, cache: AnyKV, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
+    cache = write_layer(cache, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0])
+    k, v = read_layer(cache, layer)
+    mask_BxTxS = jnp.arange(k.shape[1])[None, None, :] <= positions_BxT[:, :, None]
+    out, _ = attention_with_lse(q_BxTxNxH, k, v, mask_BxTxS)
+    return out, cache
+
+  def prefill(self, graphdef, cfg: ModelConfig, params, prompts_PxL, lengths_P,
+              suffix_len: int) -> AnyKV:
+    """Caches the prompts; causal masking by position alone is enough because a
+    row's slots below its length hold its own prompt, and padded slots are
+    overwritten before any query at their position runs."""
+    del lengths_P
+    p, l = prompts_PxL.shape
+    cache = self.init(cfg, p, l + suffix_len)
+    pos = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (p, l))
+    _, cache = cached_forward(graphdef, params, prompts_PxL, pos, cache, self.attend,
+                              with_logits=False)
+    return cache
+
+
+class _LoopState(NamedTuple):
+  step: jax.Array
+  tokens_BxN: jax.Array
+  logprobs_BxN: jax.Array
+  done_B: jax.Array
+  lengths_B: jax.Array
+  position_B: jax.Array   # position of the pending token (sampled, not yet cached)
+  pending_B: jax.Array
+  cache: object
+  rng: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class FastSampler:
+  """``Sampler`` with a pluggable cache layout and int8 weights.
+
+  ``generate`` takes P prompts and returns P * layout.group_size rows (row
+  p * G + g is sample g of prompt p). ``params`` may be an nnx.State or a
+  ``QuantizedState``. Same rng stream as ``Sampler``, so with a FlatLayout
+  and fp32 weights it draws the same tokens (up to fp32 summation order).
+  """
+
+  graphdef: nnx.GraphDef
+  model_cfg: ModelConfig
+  max_prompt_len: int
+  max_new_tokens: int
+  pad_id: int
+  stop_ids: tuple[int, ...]
+  layout: object = FlatLayout()
+
+  def __post_init__(self):
+    check_model_cfg(self.model_cfg)
+
+  def generate(self, params: nnx.State | QuantizedState, prompts_PxL, lengths_P,
+               rng: jax.Array, sampling: SamplingParams) -> SampleOutput:
+    check_prompts(prompts_PxL, self.max_prompt_len)
+    return _fast_generate(self, params, jnp.asarray(prompts_PxL, jnp.int32),
+                          jnp.asarray(lengths_P, jnp.int32), rng, sampling)
+
+
+def check_prompts(prompts_PxL, max_prompt_len: int):
+  if prompts_PxL.shape[1] > max_prompt_len:
+    raise ValueError(f"prompt buffer has width {prompts_PxL.shape[1]}; this sampler allows "
+                     f"at most {max_prompt_len}.")
+
+
+def start_rows(prompts_PxL, lengths_P, group_size: int):
+  """Per-row (pending token, its position): the last prompt token, not yet cached."""
+  last_P = jnp.take_along_axis(prompts_PxL, (lengths_P - 1)[:, None], axis=1)[:, 0]
+  return jnp.repeat(last_P, group_size), jnp.repeat(lengths_P - 1, group_size)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _fast_generate(sampler: FastSampler, params, prompts_PxL, lengths_P, rng,
+                   sampling: SamplingParams) -> SampleOutput:
+  params = as_params(params)
+  layout, n_new = sampler.layout, sampler.max_new_tokens
+  cache = layout.prefill(sampler.graphdef, sampler.model_cfg, params, prompts_PxL, lengths_P,
+                         n_new + 1)
+  pending_B, position_B = start_rows(prompts_PxL, lengths_P, layout.group_size)
+  b = pending_B.shape[0]
+  stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
+
+  def body(s: _LoopState):
+    logits, cache = cached_forward(sampler.graphdef, params, s.pending_B[:, None],
+                                   s.position_B[:, None], s.cache, layout.attend)
+    rng, sub = jax.random.split(s.rng)
+    tok_B, logp_B = sample_token(sub, logits[:, 0], sampling)
+    tok_B = jnp.where(s.done_B, sampler.pad_id, tok_B)
+    logp_B = jnp.where(s.done_B, 0.0, logp_B)
+    tokens = jax.lax.dynamic_update_slice_in_dim(s.tokens_BxN, tok_B[:, None], s.step, axis=1)
+    logprobs = jax.lax.dynamic_update_slice_in_dim(s.logprobs_BxN, logp_B[:, None], s.step, 1)
+    active = ~s.done_B
+    return _LoopState(s.step + 1, tokens, logprobs, s.done_B | jnp.isin(tok_B, stop_ids),
+                      s.lengths_B + active, s.position_B + active, tok_B, cache, rng)
+
+  state = _LoopState(jnp.zeros((), jnp.int32), jnp.full((b, n_new), sampler.pad_id, jnp.int32),
+                     jnp.zeros((b, n_new), jnp.float32), jnp.zeros((b,), bool),
+                     jnp.zeros((b,), jnp.int32), position_B, pending_B, cache, rng)
+  state = jax.lax.while_loop(lambda s: (s.step < n_new) & ~jnp.all(s.done_B), body, state)
+  return SampleOutput(state.tokens_BxN, state.logprobs_BxN, state.lengths_B)

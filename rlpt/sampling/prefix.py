@@ -1,0 +1,80 @@
+"""Prefix-shared cache for a GRPO group: G samples of one prompt share its cache.
+
+A group's prompt is prefilled once (P prompts, not P * G rows) and its keys
+and values are kept once per group. Each row decodes into its own suffix
+cache. A query's attention is split in two partial softmaxes over disjoint
+key sets, the group's prompt and the row's own suffix, and merged exactly by
+log-sum-exp (``rlpt.sampling.cached.merge_attention``):
+
+  out = (o_pre * exp(lse_pre - m) + o_suf * exp(lse_suf - m))
+        / (exp(lse_pre - m) + exp(lse_suf - m)),   m = max(lse_pre, lse_suf)
+
+The prefix attention needs no gather: the B = P * G queries are viewed as
+[P, G * T] and attend to the [P, S_prefix] cache directly.
+
+Layout: the prefix holds a prompt's first len - 1 tokens (slots < prefix_len
+are valid); the last prompt token is the first pending token of every row,
+so it lives in each row's suffix (slot 0 = position prefix_len). A row's
+suffix slot j holds position prefix_len + j.
+
+Saving (fp32, per layer, per kv head): P * (G * (S_p + N) -> S_p + G * N)
+entries for prompt width S_p and N new tokens, and a prefill of P rows
+instead of P * G (a 16x smaller prefill for a group of 16).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rlpt.models import ModelConfig
+from rlpt.sampling.cached import (AnyKV, FlatLayout, attention_with_lse, merge_attention,
+                                  read_layer, write_layer)
+
+
+class PrefixCache(NamedTuple):
+  """prefix: [L, P, S_p, K, H] (one per group); prefix_len_P: valid prefix slots;
+  suffix: [L, P * G, S_s, K, H] (one per row). fp32 KVCache or Int8KVCache."""
+
+  prefix: AnyKV
+  prefix_len_P: jax.Array
+  suffix: AnyKV
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixLayout:
+  """Cache layout for ``group_size`` rows per prompt sharing the prompt's cache."""
+
+  group_size: int
+  kv_int8: bool = False
+
+  def __post_init__(self):
+    if self.group_size < 1:
+      raise ValueError(f"group_size must be >= 1, got {self.group_size}.")
+
+  def prefill(self, graphdef, cfg: ModelConfig, params, prompts_PxL, lengths_P,
+              suffix_len: int) -> PrefixCache:
+    flat = FlatLayout(self.kv_int8)
+    prefix = flat.prefill(graphdef, cfg, params, prompts_PxL, lengths_P, 0)
+    suffix = flat.init(cfg, prompts_PxL.shape[0] * self.group_size, suffix_len)
+    return PrefixCache(prefix, lengths_P - 1, suffix)
+
+  def attend(self, cache: PrefixCache, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
+    b, t, n, h = q_BxTxNxH.shape
+    p, g = cache.prefix_len_P.shape[0], self.group_size
+    plen_B = jnp.repeat(cache.prefix_len_P, g)
+    suffix = write_layer(cache.suffix, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0] - plen_B)
+    ks, vs = read_layer(suffix, layer)
+    key_pos_BxS = plen_B[:, None] + jnp.arange(ks.shape[1])[None, :]
+    o_suf, lse_suf = attention_with_lse(q_BxTxNxH, ks, vs,
+                                        key_pos_BxS[:, None, :] <= positions_BxT[:, :, None])
+    kp, vp = read_layer(cache.prefix, layer)
+    mask_PxQxS = jnp.broadcast_to(
+        jnp.arange(kp.shape[1])[None, None, :] < cache.prefix_len_P[:, None, None],
+        (p, g * t, kp.shape[1]))
+    o_pre, lse_pre = attention_with_lse(q_BxTxNxH.reshape(p, g * t, n, h), kp, vp, mask_PxQxS)
+    out = merge_attention(o_pre.reshape(b, t, n, h), lse_pre.reshape(b, t, n), o_suf, lse_suf)
+    return out, cache._replace(suffix=suffix)
