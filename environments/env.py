@@ -16,6 +16,20 @@ solved; the episode was cut by the attempt budget). A SANDBOX_ERROR also
 truncates: the infrastructure failed, so the episode ends without a terminal
 outcome and the trainer masks it (`info["infra_error"]`).
 
+Tool-using domains (`spec.max_turns` set, e.g. the "tools" family): a turn may
+be a non-scored `ToolReply` instead of a graded answer (a tool call's result,
+or MALFORMED/ERROR feedback on a call that cannot run). Such a step returns
+reward 0, terminated=False, truncated=False and the observation
+"\\n<label>: <text>\\n" (label "result" for a tool result, else the verdict) to
+append to the conversation; it consumes a turn but not an attempt. Only the
+final answer is graded, under the attempt rules above. Every step consumes one
+turn of the budget (`gymnasium.make(id, max_turns=n)`, default
+`spec.max_turns`); spending it without success truncates with reward 0.
+Actions the env rejects before domain code (empty, over-long, invalid UTF-8)
+are MALFORMED replies there, so the model can repair them. Step info then also
+holds "turns", "tool_calls" and "tool_errors" (counts so far) and "tool", and
+reset info holds "demonstration_turns" (all model turns of one solution).
+
 Actions may be `str` or `bytes` (a byte-level model's raw output). Invalid
 UTF-8, lone surrogates, empty or over-long answers are graded MALFORMED here,
 before any domain code runs, so verifiers only ever see bounded valid text.
@@ -29,7 +43,7 @@ import gymnasium
 
 from environments import registry, splits
 from environments.spaces import AnyText
-from environments.verdicts import Grade, Task, malformed
+from environments.verdicts import Grade, Task, ToolReply, Verdict, malformed
 
 # Feedback text is cut to this many characters before it reaches the model.
 FEEDBACK_MAX_CHARS = 256
@@ -44,20 +58,30 @@ class TaskEnv(gymnasium.Env[str, str]):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, domain_id: str, max_attempts: int = 1) -> None:
+    def __init__(self, domain_id: str, max_attempts: int = 1, max_turns: int | None = None) -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         self._domain = registry.domain(domain_id)
         self.domain_spec = self._domain.spec
         self.max_attempts = max_attempts
+        if max_turns is not None:
+            if self.domain_spec.max_turns is None:
+                raise ValueError(f"max_turns applies only to tool-using domains; {domain_id!r} has none")
+            if not isinstance(max_turns, int) or max_turns < 1:
+                raise ValueError(f"max_turns must be an int >= 1, got {max_turns!r}")
+        # None: an ordinary domain, whose every step is a graded attempt.
+        self.max_turns = max_turns if max_turns is not None else self.domain_spec.max_turns
         obs_chars = self.domain_spec.max_prompt_chars
-        if max_attempts > 1:
+        if max_attempts > 1 or self.max_turns is not None:
             # Feedback observation: "\n<VERDICT>: <feedback>\n<retry cue>".
             obs_chars = max(obs_chars, FEEDBACK_MAX_CHARS + 32 + self.domain_spec.max_prompt_chars)
         self.observation_space = AnyText(obs_chars)
         self.action_space = AnyText(self.domain_spec.max_answer_chars)
         self._task: Task | None = None
         self._attempt = 0
+        self._turn = 0
+        self._tool_calls = 0
+        self._tool_errors = 0
         self._done = False
 
     @property
@@ -74,13 +98,15 @@ class TaskEnv(gymnasium.Env[str, str]):
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; allowed: ['split']")
         self._task = splits.draw(self._domain, self.np_random, split)
-        self._attempt = 0
+        self._attempt = self._turn = self._tool_calls = self._tool_errors = 0
         self._done = False
         info = {
             "domain": self.domain_spec.id,
             "task_id": splits.task_id(self._task.key),
             "demonstration": self._task.demonstration,
         }
+        if self.max_turns is not None:
+            info["demonstration_turns"] = list(self._task.demonstration_turns)
         return self._task.prompt, info
 
     def step(self, action: str | bytes) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -89,13 +115,21 @@ class TaskEnv(gymnasium.Env[str, str]):
         if self._done:
             raise RuntimeError(f"{self.domain_spec.id}: step() called after the episode ended; call reset()")
         answer = self._decode(action)
-        grade = answer if isinstance(answer, Grade) else self._domain.grade(self._task, answer)
+        if isinstance(answer, Grade):
+            # In a tool-using episode a rejected action is repairable, like a bad tool call.
+            grade = answer if self.max_turns is None else ToolReply(answer.verdict, answer.feedback)
+        else:
+            grade = self._domain.grade(self._task, answer)
+        self._turn += 1
+        turns_spent = self.max_turns is not None and self._turn >= self.max_turns
+        if isinstance(grade, ToolReply):
+            return self._tool_step(grade, turns_spent)
         self._attempt += 1
 
         terminated = truncated = False
         if self.max_attempts == 1 or grade.success:
             terminated = True
-        elif grade.infra_error or self._attempt >= self.max_attempts:
+        elif grade.infra_error or self._attempt >= self.max_attempts or turns_spent:
             truncated = True
         self._done = terminated or truncated
 
@@ -109,7 +143,35 @@ class TaskEnv(gymnasium.Env[str, str]):
             "domain": self.domain_spec.id,
             "attempt": self._attempt,
         }
+        if self.max_turns is not None:
+            info.update(self._turn_metrics())
         return _truncate(obs, self.observation_space.max_length), float(grade.reward), terminated, truncated, info
+
+    def _tool_step(self, reply: ToolReply, turns_spent: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.max_turns is None:
+            raise TypeError(f"{self.domain_spec.id}: grade() returned a ToolReply but the spec sets no max_turns")
+        if reply.verdict is Verdict.TOOL:
+            self._tool_calls += 1
+        else:
+            self._tool_errors += 1
+        self._done = turns_spent
+        # One line, so the reply cannot forge further turns of the conversation.
+        text = _truncate(reply.text.replace("\n", " "), FEEDBACK_MAX_CHARS)
+        label = "result" if reply.verdict is Verdict.TOOL else reply.verdict.value
+        info = {
+            "verdict": reply.verdict.value,
+            "success": False,
+            "feedback": text,
+            "infra_error": False,
+            "domain": self.domain_spec.id,
+            "attempt": self._attempt,
+            **self._turn_metrics(reply.tool),
+        }
+        return f"\n{label}: {text}\n", 0.0, False, turns_spent, info
+
+    def _turn_metrics(self, tool: str = "") -> dict[str, Any]:
+        """Per-episode counts so far, and the tool called this turn ("" if none)."""
+        return {"turns": self._turn, "tool_calls": self._tool_calls, "tool_errors": self._tool_errors, "tool": tool}
 
     def _retry_cue(self) -> str:
         assert self._task is not None

@@ -17,7 +17,7 @@ import re
 import gymnasium
 import numpy as np
 
-from environments.verdicts import Grade, Task
+from environments.verdicts import Grade, Task, ToolReply
 
 DIFFICULTIES = ("easy", "medium", "hard")
 _ID_RE = re.compile(r"^rlpt/(?P<family>[a-z0-9]+)-[a-z0-9-]+-v\d+$")
@@ -33,6 +33,10 @@ class DomainSpec:
       `environments.env.FEEDBACK_MAX_CHARS`.
     max_answer_chars: longest answer (after stripping surrounding whitespace)
       that is graded; longer answers are MALFORMED. Demonstrations are shorter.
+      For tool-using domains this bounds every turn (tool call or answer).
+    max_turns: None for ordinary domains. For tool-using domains, the default
+      budget of model turns per episode (tool calls and final answers together);
+      their `grade` may return a non-scored `ToolReply` (see environments.env).
     """
 
     id: str
@@ -42,6 +46,7 @@ class DomainSpec:
     max_prompt_chars: int
     max_answer_chars: int
     description: str = ""
+    max_turns: int | None = None
 
     def __post_init__(self) -> None:
         match = _ID_RE.match(self.id)
@@ -55,6 +60,8 @@ class DomainSpec:
             raise ValueError(f"tags of {self.id!r} must be a tuple of str, got {self.tags!r}")
         if self.max_prompt_chars <= 0 or self.max_answer_chars <= 0:
             raise ValueError(f"max_prompt_chars/max_answer_chars of {self.id!r} must be positive")
+        if self.max_turns is not None and (not isinstance(self.max_turns, int) or self.max_turns < 1):
+            raise ValueError(f"max_turns of {self.id!r} must be None or an int >= 1, got {self.max_turns!r}")
 
 
 class Domain(abc.ABC):
@@ -68,10 +75,11 @@ class Domain(abc.ABC):
         """Draws one task. Must use only `rng` for randomness (reset determinism)."""
 
     @abc.abstractmethod
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Task, answer: str) -> Grade | ToolReply:
         """Grades `answer`, which the env has already stripped of surrounding
         whitespace, checked to be valid UTF-8 text and at most
-        `spec.max_answer_chars` long."""
+        `spec.max_answer_chars` long. Only domains whose spec sets `max_turns`
+        may return a `ToolReply` (a non-scored turn, e.g. a tool's result)."""
 
 
 _DOMAINS: dict[str, Domain] = {}

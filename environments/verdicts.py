@@ -17,6 +17,7 @@ class Verdict(str, enum.Enum):
     OOM = "OOM"  # candidate code ran out of its memory limit
     ERROR = "ERROR"  # candidate code raised or exited without producing results
     SANDBOX_ERROR = "SANDBOX_ERROR"  # the grading infrastructure failed; not the model's fault
+    TOOL = "TOOL"  # a non-scored turn of a tool-using domain: a tool ran (see ToolReply)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,29 @@ def malformed(feedback: str) -> Grade:
 
 
 @dataclasses.dataclass(frozen=True)
+class ToolReply:
+    """Non-scored reply to one turn of a tool-using domain (spec.max_turns set).
+
+    It consumes a turn of the episode's turn budget but not an attempt, and
+    earns reward 0 without ending the episode (unless the turn budget is spent).
+
+    verdict: TOOL when a tool ran and `text` is its result; MALFORMED (not a
+      tool call or answer at all) or ERROR (unknown tool, bad arguments, the
+      tool failed) when `text` explains what to repair.
+    text: result or feedback, one line; the env cuts it to FEEDBACK_MAX_CHARS.
+    tool: name of the tool that was called, "" when none could be identified.
+    """
+
+    verdict: Verdict
+    text: str
+    tool: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in (Verdict.TOOL, Verdict.MALFORMED, Verdict.ERROR):
+            raise ValueError(f"a ToolReply's verdict must be TOOL, MALFORMED or ERROR, got {self.verdict}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Task:
     """One problem instance.
 
@@ -69,6 +93,9 @@ class Task:
     hidden: grading data the model never sees (reference values, tests).
     retry_cue: text appended after feedback in multi-turn episodes so the model
       knows where to write its next attempt (e.g. "def f(x): return ").
+    demonstration_turns: for tool-using domains, every model turn of one full
+      solution (tool calls, then the final answer == `demonstration`); the
+      env's replies to them are what the env returns when they are stepped.
     """
 
     key: str
@@ -76,3 +103,4 @@ class Task:
     demonstration: str
     hidden: Any = None
     retry_cue: str = ""
+    demonstration_turns: tuple[str, ...] = ()

@@ -17,9 +17,11 @@ def typed_config(cls, config_dict):
     sys.exit(f"Invalid config: {e}")
 
 
-
 def quiet_libraries() -> None:
   """Library INFO chatter (orbax, XLA) hides the progress bar; keep it to warnings
   unless the user asked for a verbosity with --verbosity / -v."""
   if flags.FLAGS["verbosity"].using_default_value:
+    import logging as py_logging
     logging.set_verbosity(logging.WARNING)
+    for name in ("", "jax", "orbax", "absl"):
+      py_logging.getLogger(name).setLevel(py_logging.WARNING)

@@ -3,6 +3,11 @@ r"""Runs an RL experiment.
     python -m launch.train --config=experiments/grpo_default.py[:smoke] \
         --workdir=runs/NAME [--config.steps=50 --config.rollout.temperature=0.8 ...]
 
+Killed or preempted? Run the same command again: it resumes from the latest
+checkpoint in WORKDIR/checkpoints (falling back past a damaged one) and ends
+with the same metrics as an uninterrupted run. The final policy is exported
+to WORKDIR/export.
+
 Several processes (each runs this same command; only process 0 writes):
 ``launch/scripts/local.sh``, ``launch/scripts/slurm.sbatch``,
 ``launch/scripts/tpu_pod.sh``; see launch/multihost.py.

@@ -406,10 +406,11 @@ class CheckpointConfig:
   every: save after every ``every`` steps and after the last one; 0 turns
     checkpoints (and resuming) off.
   keep: how many of the latest checkpoints to keep.
-  keep_best: also keep the checkpoint with the best ``best_metric`` (any train
-    or eval metric logged at the checkpoint's step; eval metrics such as
-    ``success/mean`` exist only at eval steps, so make ``every`` a multiple of
-    ``eval.every``), ranked by ``best_mode`` ("max" or "min").
+  keep_best: also keep the checkpoint with the best ``best_metric``, a held-out
+    metric of the evaluation at the checkpoint's step (an ``eval`` row of
+    metrics.jsonl, e.g. ``success/mean``), ranked by ``best_mode`` ("max" or
+    "min"). Steps saved without an evaluation never count as best, so make
+    ``every`` a multiple of ``eval.every``.
   async_save: write in a background thread; the loop waits only for the
     device-to-host copy (and for the previous save, if still running).
   export: write the final policy as a plain parameter checkpoint to

@@ -2,12 +2,16 @@
 
 Every step::
 
-    task sampler -> environments reset (prompts) -> sampler on device
+    task stream (grain) -> environments reset (prompts) -> sampler on device
       -> environments step (rewards) -> reference pass -> advantages
       -> jitted, sharded train step -> metrics
 
 Every ``eval.every`` steps the policy decodes a fixed held-out task set per
-domain and the success rate of each domain is logged. ``Trainer`` is a plain
+domain and the success rate of each domain is logged. Every
+``checkpoint.every`` steps the whole run state is checkpointed (weights,
+optimizer, RNG, data-iterator, curriculum and KL-controller state, metrics
+history); ``run`` resumes from the latest checkpoint and reproduces the steps
+an uninterrupted run would have taken. ``Trainer`` is a plain
 object so a notebook can drive it step by step; ``launch/train.py`` is a thin
 absl wrapper around ``Trainer(cfg, workdir).run()``.
 """
@@ -446,11 +450,11 @@ class Trainer:
           self._log(self.step, "eval", ev)
           if bar is not None:
             bar.write(f"step {self.step}: held-out success {ev['success/mean']:.3f}")
-        # After the step's evaluation, so the checkpoint holds its eval row
-        # and the best-by metric can be an eval metric.
+        # After the step's evaluation: the checkpoint holds its eval row, and
+        # the best checkpoint is ranked by held-out metrics.
         if self.checkpointer is not None and (self.step % ck.every == 0
                                               or self.step == cfg.steps):
-          self.save_checkpoint({**metrics, **ev})
+          self.save_checkpoint(ev)
         self._log_save_timings()
     finally:
       if bar is not None:
@@ -487,16 +491,17 @@ class Trainer:
                       "fingerprint": self.base_fingerprint},
     })
 
-  def save_checkpoint(self, metrics: dict | None = None) -> float:
+  def save_checkpoint(self, eval_metrics: dict | None = None) -> float:
     """Saves the current step (asynchronously with checkpoint.async_save).
 
-    ``metrics``: this step's metrics, for keeping the best checkpoint. Returns
-    the seconds the loop was blocked.
+    ``eval_metrics``: this step's evaluation (if any), which ranks the best
+    checkpoint by ``checkpoint.best_metric``. Returns the seconds the loop
+    was blocked.
     """
     if self.checkpointer is None:
       raise ValueError("checkpoint.every=0: this run has no checkpoints.")
     return self.checkpointer.save(self.step, self._checkpoint_arrays(), self._trainer_state(),
-                                  json.loads(to_json(self.cfg)), metrics)
+                                  json.loads(to_json(self.cfg)), eval_metrics)
 
   def restore(self, step: int | None = None) -> int | None:
     """Loads checkpoint ``step`` (default: the latest readable one) onto this

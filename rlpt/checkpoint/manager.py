@@ -238,9 +238,15 @@ class RunCheckpointer:
     return None
 
   def _restore_step(self, step: int, abstract_arrays: Any) -> Restored:
-    out = self._manager.restore(step, args=ocp.args.Composite(
-        arrays=ocp.args.StandardRestore(abstract_arrays), trainer=ocp.args.JsonRestore(),
-        config=ocp.args.JsonRestore()))
+    out = {}
+    # One item at a time, so an error names the part of the step that is bad.
+    for name, args in (("trainer", ocp.args.JsonRestore()), ("config", ocp.args.JsonRestore()),
+                       ("arrays", ocp.args.StandardRestore(abstract_arrays))):
+      try:
+        out[name] = self._manager.restore(step, args=ocp.args.Composite(**{name: args}))[name]
+      except Exception as e:
+        raise ValueError(f"item '{name}' ({os.path.join(self.directory, str(step), name)}): "
+                         f"{type(e).__name__}: {e}") from e
     trainer, config = out["trainer"], out["config"]
     if not isinstance(trainer, dict) or trainer.get("step") != step:
       raise ValueError(f"the trainer state of step {step} names step "

@@ -47,7 +47,7 @@ def draft_train_step(state: TrainState, teacher_params: nnx.State, tokens_BxL: j
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics["distill/grad_norm"] = optax.global_norm(grads)
+  metrics["distill/grad_norm"] = optax.tree.norm(grads)
   return TrainState(state.step + 1, params, opt_state), metrics
 
 

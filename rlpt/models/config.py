@@ -6,8 +6,12 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from rlpt.attention.rope import RopeScaling
+
 # Names accepted by rlpt.attention.attention (its "cudnn" is reached through "auto").
 ATTENTION_IMPLS = ("dense", "auto", "blockwise", "sparse", "ring")
+# MLP gate activations: SwiGLU (Llama, Qwen) and GeGLU with tanh-approximate GELU (Gemma).
+MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +38,30 @@ class ModelConfig:
     attention_block_size: query/key block length of the blockwise kernels.
     attention_window: sliding window in keys (the token itself included), 0 = none.
     attention_sinks: leading positions that stay visible outside the window.
+
+  Switches for imported Hugging Face families (rlpt.models.hf); every default
+  keeps the native rlpt model:
+
+    scale_tied_head: multiply the tied head's logits by d_model**-0.5 (rlpt's
+      own init); Hugging Face tied heads are not scaled.
+    qkv_bias: biases on the q/k/v projections (Qwen2).
+    qk_norm: RMSNorm over head_dim of queries and keys before RoPE (Qwen3, Gemma3).
+    norm_offset: RMSNorm multiplies by (norm_offset + weight); Gemma stores
+      weight - 1 and uses 1.0.
+    embed_scale: multiply embeddings by sqrt(d_model) (Gemma).
+    mlp_activation: one of MLP_ACTIVATIONS.
+    post_norms: extra RMSNorms on the attention and MLP outputs before the
+      residual add (Gemma2/3 "sandwich" norms).
+    attn_scale: attention score multiplier; 0 = head_dim**-0.5 (Gemma uses
+      query_pre_attn_scalar**-0.5).
+    attn_logit_softcap: scores -> cap * tanh(scores / cap) before masking; 0 = off.
+    final_logit_softcap: the same on the output logits; 0 = off.
+    layer_windows: per-layer sliding window (0 = full attention), one entry per
+      layer; empty = every layer uses attention_window.
+    rope_scaling: RoPE frequency scaling (rlpt.attention.RopeScaling) of the
+      full-attention layers (and of all layers when rope_local_theta is 0).
+    rope_local_theta: RoPE base of sliding-window layers, unscaled (Gemma3);
+      0 = same as the full layers.
   """
 
   vocab_size: int = 259
@@ -51,8 +79,27 @@ class ModelConfig:
   attention_block_size: int = 512
   attention_window: int = 0
   attention_sinks: int = 0
+  scale_tied_head: bool = True
+  qkv_bias: bool = False
+  qk_norm: bool = False
+  norm_offset: float = 0.0
+  embed_scale: bool = False
+  mlp_activation: str = "silu"
+  post_norms: bool = False
+  attn_scale: float = 0.0
+  attn_logit_softcap: float = 0.0
+  final_logit_softcap: float = 0.0
+  layer_windows: tuple[int, ...] = ()
+  rope_scaling: RopeScaling = RopeScaling()
+  rope_local_theta: float = 0.0
 
   def __post_init__(self):
+    # A config read back from JSON (rlpt.checkpoint.load_model) has lists and
+    # dicts where these fields hold a tuple and a RopeScaling.
+    if isinstance(self.rope_scaling, dict):
+      object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+    if not isinstance(self.layer_windows, tuple):
+      object.__setattr__(self, "layer_windows", tuple(self.layer_windows))
     for name in ("vocab_size", "d_model", "num_layers", "num_heads", "num_kv_heads",
                  "head_dim", "mlp_dim"):
       if getattr(self, name) <= 0:
@@ -81,6 +128,28 @@ class ModelConfig:
                        "sliding window; set model.attention_window > 0 or the sinks to 0.")
     if self.attention_impl == "sparse" and not self.attention_window:
       raise ValueError("model.attention_impl 'sparse' needs model.attention_window > 0.")
+    if self.mlp_activation not in MLP_ACTIVATIONS:
+      raise ValueError(f"model.mlp_activation must be one of {MLP_ACTIVATIONS}, got "
+                       f"'{self.mlp_activation}'.")
+    for name in ("attn_scale", "attn_logit_softcap", "final_logit_softcap", "rope_local_theta"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"model.{name} must be >= 0 (0 = off), got {getattr(self, name)}.")
+    if self.layer_windows:
+      if len(self.layer_windows) != self.num_layers:
+        raise ValueError(f"model.layer_windows has {len(self.layer_windows)} entries for "
+                         f"{self.num_layers} layers; give one window (0 = full) per layer.")
+      if any(w < 0 for w in self.layer_windows):
+        raise ValueError(f"model.layer_windows must be >= 0, got {self.layer_windows}.")
+      if self.attention_window:
+        raise ValueError("set either model.attention_window (every layer) or "
+                         "model.layer_windows (per layer), not both.")
+    if self.attn_logit_softcap and self.attention_impl != "dense":
+      raise ValueError(f"model.attn_logit_softcap needs model.attention_impl='dense' (the "
+                       f"kernels do not soft-cap), got '{self.attention_impl}'.")
+
+  def window(self, layer: int) -> int:
+    """Sliding window of layer ``layer`` in keys, 0 = full attention."""
+    return self.layer_windows[layer] if self.layer_windows else self.attention_window
 
   @property
   def jnp_dtype(self):
@@ -92,5 +161,8 @@ class ModelConfig:
     attn = d * h * (2 * self.num_heads + 2 * self.num_kv_heads)
     mlp = 3 * d * self.mlp_dim
     per_layer = attn + mlp + 2 * d
+    per_layer += (self.num_heads + 2 * self.num_kv_heads) * h if self.qkv_bias else 0
+    per_layer += 2 * h if self.qk_norm else 0
+    per_layer += 2 * d if self.post_norms else 0
     head = 0 if self.tie_embeddings else d * self.vocab_size
     return self.vocab_size * d + self.num_layers * per_layer + d + head

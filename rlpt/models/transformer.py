@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlpt.attention import attention, attention_mask
+from rlpt.attention import attention, attention_mask, rope_frequencies
 from rlpt.models.config import ModelConfig
 from rlpt.sharding import constrain
 
@@ -48,21 +48,33 @@ def _param(rngs: nnx.Rngs, shape, axes, scale: float) -> nnx.Param:
 
 
 class RMSNorm(nnx.Module):
+  """RMS norm over the last axis in fp32, scaled by (offset + scale).
 
-  def __init__(self, dim: int, eps: float):
-    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32), axes=("embed",))
+  ``offset`` 1.0 is Gemma's parameterisation (the stored weight is scale - 1,
+  initialised at 0); 0.0 is Llama's.
+  """
+
+  def __init__(self, dim: int, eps: float, offset: float = 0.0, axes=("embed",)):
+    self.scale = nnx.Param(jnp.full((dim,), 1.0 - offset, jnp.float32), axes=axes)
     self.eps = eps
+    self.offset = offset
 
   def __call__(self, x):
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (y * self.scale[...]).astype(x.dtype)
+    scale = self.scale[...] + self.offset if self.offset else self.scale[...]
+    return (y * scale).astype(x.dtype)
 
 
-def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, theta: float) -> jax.Array:
-  """Rotary embedding, rotating the two halves of each head (Llama layout)."""
+def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, theta: float,
+               freq_H2: jax.Array | None = None) -> jax.Array:
+  """Rotary embedding, rotating the two halves of each head (Llama layout).
+
+  ``freq_H2`` overrides the frequencies derived from ``theta`` (RoPE scaling).
+  """
   h = x_BxTxNxH.shape[-1]
-  freq_H2 = theta ** (-jnp.arange(0, h, 2, dtype=jnp.float32) / h)
+  if freq_H2 is None:
+    freq_H2 = theta ** (-jnp.arange(0, h, 2, dtype=jnp.float32) / h)
   angle_BxTxH2 = positions_BxT[..., None].astype(jnp.float32) * freq_H2
   sin = jnp.sin(angle_BxTxH2)[:, :, None, :]
   cos = jnp.cos(angle_BxTxH2)[:, :, None, :]
@@ -72,13 +84,20 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, theta: float) -> 
   return out.astype(x_BxTxNxH.dtype)
 
 
-def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS) -> jax.Array:
-  """Softmax attention in fp32 with grouped query heads. Returns [B, T, N, H]."""
+def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, scale: float | None = None,
+                    softcap: float = 0.0) -> jax.Array:
+  """Softmax attention in fp32 with grouped query heads. Returns [B, T, N, H].
+
+  ``scale`` multiplies the scores (default head_dim**-0.5); ``softcap`` > 0
+  maps them to softcap * tanh(scores / softcap) before masking (Gemma2).
+  """
   b, t, n, h = q_BxTxNxH.shape
   kh = k_BxSxKxH.shape[2]
   q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
   scores_BxKxGxTxS = jnp.einsum("btkgh,bskh->bkgts", q, k_BxSxKxH.astype(jnp.float32))
-  scores_BxKxGxTxS *= h ** -0.5
+  scores_BxKxGxTxS *= h ** -0.5 if scale is None else scale
+  if softcap:
+    scores_BxKxGxTxS = jnp.tanh(scores_BxKxGxTxS / softcap) * softcap
   big_neg = jnp.finfo(jnp.float32).min
   scores_BxKxGxTxS = jnp.where(mask_BxTxS[:, None, None], scores_BxKxGxTxS, big_neg)
   probs = jax.nn.softmax(scores_BxKxGxTxS, axis=-1)
@@ -88,14 +107,32 @@ def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS) -> jax.Array:
 
 class Attention(nnx.Module):
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, layer: int = 0):
     d, n, k, h = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     self.cfg = cfg
+    self.window = cfg.window(layer)
+    # Gemma3: sliding-window layers rotate with their own (unscaled) base.
+    local = bool(self.window and cfg.rope_local_theta)
+    self.rope_theta = cfg.rope_local_theta if local else cfg.rope_theta
+    self.rope_scaling = None if local or cfg.rope_scaling.kind == "none" else cfg.rope_scaling
     self.wq = _param(rngs, (d, n, h), ("embed", "heads", "head_dim"), d ** -0.5)
     self.wk = _param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), d ** -0.5)
     self.wv = _param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), d ** -0.5)
     self.wo = _param(rngs, (n, h, d), ("heads", "head_dim", "embed"),
                      (n * h) ** -0.5 / (2 * cfg.num_layers) ** 0.5)
+    if cfg.qkv_bias:
+      self.bq = nnx.Param(jnp.zeros((n, h), jnp.float32), axes=("heads", "head_dim"))
+      self.bk = nnx.Param(jnp.zeros((k, h), jnp.float32), axes=("kv_heads", "head_dim"))
+      self.bv = nnx.Param(jnp.zeros((k, h), jnp.float32), axes=("kv_heads", "head_dim"))
+    if cfg.qk_norm:
+      self.q_norm = RMSNorm(h, cfg.norm_eps, cfg.norm_offset, axes=("head_dim",))
+      self.k_norm = RMSNorm(h, cfg.norm_eps, cfg.norm_offset, axes=("head_dim",))
+
+  def _rope(self, x_BxTxNxH, positions_BxT):
+    if self.rope_scaling is None:
+      return apply_rope(x_BxTxNxH, positions_BxT, self.rope_theta)
+    freq_H2 = rope_frequencies(x_BxTxNxH.shape[-1], self.rope_theta, self.rope_scaling)
+    return apply_rope(x_BxTxNxH, positions_BxT, self.rope_theta, freq_H2)
 
   def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache_kv, write_index_B):
     """Self-attention; with a cache, writes this block's K/V at write_index_B.
@@ -113,12 +150,21 @@ class Attention(nnx.Module):
     q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.wq[...].astype(dt))
     k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wk[...].astype(dt))
     v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wv[...].astype(dt))
-    q = apply_rope(q, positions_BxT, cfg.rope_theta)
-    k = apply_rope(k, positions_BxT, cfg.rope_theta)
+    if cfg.qkv_bias:
+      q = q + self.bq[...].astype(dt)
+      k = k + self.bk[...].astype(dt)
+      v = v + self.bv[...].astype(dt)
+    if cfg.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    q = self._rope(q, positions_BxT)
+    k = self._rope(k, positions_BxT)
     q = constrain(q, ("batch", "seq", "heads", "head_dim"))
     new_kv = None
-    window = cfg.attention_window or None
-    if cache_kv is None and (cfg.attention_impl != "dense" or window):
+    window = self.window or None
+    scale = cfg.attn_scale or None
+    if cache_kv is None and (cfg.attention_impl != "dense" or window) and not cfg.attn_logit_softcap:
+      if scale is not None:  # the kernels scale by head_dim**-0.5: fold the rest into q
+        q = q * jnp.asarray(scale * cfg.head_dim ** 0.5, q.dtype)
       out = attention(q, k, v, q_positions=positions_BxT, kv_positions=positions_BxT,
                       impl=cfg.attention_impl, window=window, num_sinks=cfg.attention_sinks,
                       block_size=cfg.attention_block_size)
@@ -133,7 +179,10 @@ class Attention(nnx.Module):
           slots_BxS = jnp.broadcast_to(jnp.arange(ck.shape[1]), ck.shape[:2])
           mask_BxTxS &= attention_mask(positions_BxT, slots_BxS, None, window,
                                        cfg.attention_sinks)
-      out = dense_attention(q, k, v, mask_BxTxS)
+      elif window:  # soft-capped windowed layer without a cache (Gemma2)
+        mask_BxTxS &= attention_mask(positions_BxT, positions_BxT, None, window,
+                                     cfg.attention_sinks)
+      out = dense_attention(q, k, v, mask_BxTxS, scale, cfg.attn_logit_softcap)
     y = jnp.einsum("btnh,nhd->btd", out, self.wo[...].astype(dt))
     return y, new_kv
 
@@ -151,22 +200,36 @@ class MLP(nnx.Module):
     dt = self.cfg.jnp_dtype
     gate = jnp.einsum("btd,df->btf", x_BxTxD, self.w_gate[...].astype(dt))
     up = jnp.einsum("btd,df->btf", x_BxTxD, self.w_up[...].astype(dt))
-    h = constrain(jax.nn.silu(gate) * up, ("batch", "seq", "mlp"))
+    if self.cfg.mlp_activation == "gelu_tanh":
+      act = jax.nn.gelu(gate, approximate=True)
+    else:
+      act = jax.nn.silu(gate)
+    h = constrain(act * up, ("batch", "seq", "mlp"))
     return jnp.einsum("btf,fd->btd", h, self.w_down[...].astype(dt))
 
 
 class Block(nnx.Module):
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-    self.attn = Attention(cfg, rngs)
-    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, layer: int = 0):
+    off = cfg.norm_offset
+    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, off)
+    self.attn = Attention(cfg, rngs, layer)
+    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, off)
     self.mlp = MLP(cfg, rngs)
+    self.post_norms = cfg.post_norms
+    if cfg.post_norms:
+      self.attn_post_norm = RMSNorm(cfg.d_model, cfg.norm_eps, off)
+      self.mlp_post_norm = RMSNorm(cfg.d_model, cfg.norm_eps, off)
 
   def __call__(self, x, positions, mask, cache_kv, write_index):
     y, new_kv = self.attn(self.attn_norm(x), positions, mask, cache_kv, write_index)
+    if self.post_norms:
+      y = self.attn_post_norm(y)
     x = x + y
-    x = x + self.mlp(self.mlp_norm(x))
+    y = self.mlp(self.mlp_norm(x))
+    if self.post_norms:
+      y = self.mlp_post_norm(y)
+    x = x + y
     return constrain(x, ("batch", "seq", "embed")), new_kv
 
 
@@ -176,12 +239,14 @@ class Decoder(nnx.Module):
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     self.cfg = cfg
     self.embed = _param(rngs, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), 1.0)
-    self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
-    self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+    self.blocks = nnx.List([Block(cfg, rngs, i) for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.norm_offset)
 
   def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache: KVCache | None = None,
                write_index_B: jax.Array | None = None):
     x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
+    if self.cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activation dtype
+      x = x * jnp.asarray(self.cfg.d_model ** 0.5, x.dtype)
     x = constrain(x, ("batch", "seq", "embed"))
     new_k, new_v = [], []
     for i, block in enumerate(self.blocks):
@@ -210,9 +275,14 @@ class Transformer(nnx.Module):
     h = h_BxTxD.astype(jnp.float32)
     if self.cfg.tie_embeddings:
       # Tied explicitly (no shared Variable) so the model also works in tree mode.
-      logits = jnp.einsum("btd,vd->btv", h, self.decoder.embed[...]) * self.cfg.d_model ** -0.5
+      logits = jnp.einsum("btd,vd->btv", h, self.decoder.embed[...])
+      if self.cfg.scale_tied_head:
+        logits = logits * self.cfg.d_model ** -0.5
     else:
       logits = jnp.einsum("btd,dv->btv", h, self.lm_head[...])
+    if self.cfg.final_logit_softcap:
+      cap = self.cfg.final_logit_softcap
+      logits = jnp.tanh(logits / cap) * cap
     return constrain(logits, ("batch", "seq", "vocab")), cache
 
 

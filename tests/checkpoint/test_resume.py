@@ -5,14 +5,17 @@ A second run of the same command is SIGKILLed at a random step after its
 first checkpoint, then the same command is started again: the resumed run's
 metrics.jsonl (train and eval rows, minus wall-clock keys) must equal the
 reference's exactly, including the token hash of every step's batch and the
-gradient norms. The entropy bonus makes every update move the weights (the
-random base earns no reward, so without it the policy would never change),
-dynamic sampling makes several task draws per step, and the adaptive KL
-controller and success-band curriculum carry state across steps.
+gradient norms. The config (``_resume_config.py``) makes
+every update move the weights and carries RNG, data-iterator, curriculum and
+KL-controller state across steps.
+
+When the killed run left two checkpoints, the latest is damaged before the
+restart, which must fall back to the previous one with a warning.
 
 The reference run's checkpoints then restore onto another mesh shape.
 """
 
+import importlib.util
 import json
 import os
 import random
@@ -27,23 +30,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from experiments import grpo_default, pretrain_base
+from experiments import pretrain_base
 from rlpt.checkpoint import save_model
 from rlpt.config import PretrainConfig, TrainConfig, from_config_dict
 from rlpt.models import Transformer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS = 12
-EVERY = 3
-OVERRIDES = {
-    "steps": STEPS, "progress": False,
-    "checkpoint.every": EVERY, "checkpoint.keep": 2,
-    "eval.every": 6, "eval.tasks_per_domain": 2,
-    "rollout.env_workers": 1,
-    "rl.entropy_coef": 0.05, "rl.kl_controller": "adaptive", "rl.kl_target": 0.01,
-    "rl.kl_horizon": 100, "rl.dynamic_sampling": True, "rl.max_rollouts_per_step": 2,
-    "curriculum.strategy": "success_band",
-}
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CONFIG = os.path.join(HERE, "_resume_config.py")
+_spec = importlib.util.spec_from_file_location("_resume_config", CONFIG)
+resume_config = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(resume_config)
+STEPS, EVERY = resume_config.STEPS, resume_config.EVERY
 # Wall-clock figures differ between any two runs; everything else must not.
 VOLATILE = ("time/", "throughput/", "checkpoint/")
 
@@ -65,9 +63,8 @@ def _env(cache_dir):
 
 
 def _command(workdir, base):
-  flags = [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
-  return [sys.executable, "-m", "launch.train", "--config=experiments/grpo_default.py:smoke",
-          f"--workdir={workdir}", f"--config.base.checkpoint={base}", *flags]
+  return [sys.executable, "-m", "launch.train", f"--config={CONFIG}", f"--workdir={workdir}",
+          f"--config.base.checkpoint={base}"]
 
 
 def _committed_steps(workdir):
@@ -130,11 +127,20 @@ def test_sigkill_and_resume_matches_uninterrupted(setup):
       f"(seed {seed}) the run was not killed: rc={proc.returncode}, "
       f"stderr={proc.stderr.read().decode()[-3000:]}")
   assert killed_steps[-1] < STEPS, f"(seed {seed}) killed only after the last step"
-  last_ckpt = _committed_steps(workdir)[-1]
+  committed = _committed_steps(workdir)
+  last_ckpt = committed[-1]
+  if len(committed) > 1:
+    # A damaged latest checkpoint: the restart falls back to the one before.
+    bad = os.path.join(workdir, "checkpoints", str(last_ckpt), "trainer", "metadata")
+    with open(bad, "r+") as f:
+      f.truncate(10)
+    last_ckpt = committed[-2]
 
   resumed = subprocess.run(_command(workdir, base), cwd=ROOT, env=env, timeout=300,
                            capture_output=True, text=True)
   assert resumed.returncode == 0, resumed.stderr[-5000:]
+  if len(committed) > 1:
+    assert f"Checkpoint step {committed[-1]} in" in resumed.stderr, resumed.stderr[-5000:]
   got = _rows(workdir)
   assert [(r["step"], r["kind"]) for r in got] == [(r["step"], r["kind"]) for r in expected], (
       f"(seed {seed}) killed after step {killed_steps[-1]}, checkpoint {last_ckpt}")
@@ -161,10 +167,7 @@ def test_restore_onto_another_mesh(setup, tmp_path, monkeypatch):
   the next step reproduces the reference run's step to float tolerance."""
   _, base, _, reference = setup
   monkeypatch.chdir(ROOT)
-  cd = grpo_default.get_config("smoke")
-  for k, v in OVERRIDES.items():
-    section, _, field = k.rpartition(".")
-    (cd[section] if section else cd)[field] = v
+  cd = resume_config.get_config()
   cd.base.checkpoint = base
   cd.checkpoint.export = False
   cd.mesh.update(data=2, fsdp=4)
@@ -184,6 +187,7 @@ def test_restore_onto_another_mesh(setup, tmp_path, monkeypatch):
     trainer.close()
   expected = next(r for r in _rows(reference) if r["kind"] == "train" and r["step"] == step + 1)
   assert got["rollout/token_hash"] == expected["rollout/token_hash"]
-  for k in ("train/loss", "train/grad_norm", "train/entropy", "train/kl", "kl/coef",
-            "kl/sequence"):
-    np.testing.assert_allclose(got[k], expected[k], rtol=2e-4, atol=1e-7, err_msg=k)
+  # KL estimates are differences of nearly equal log-probs: absolute tolerance.
+  for k, atol in (("train/loss", 1e-7), ("train/grad_norm", 1e-7), ("train/entropy", 1e-7),
+                  ("kl/coef", 1e-7), ("train/kl", 1e-6), ("kl/sequence", 1e-5)):
+    np.testing.assert_allclose(got[k], expected[k], rtol=2e-4, atol=atol, err_msg=k)

@@ -1,0 +1,233 @@
+"""LoRA adapters for the policy, applied as a pure params transform.
+
+``W_eff = W + (alpha / rank) * A @ B`` for every targeted projection, computed
+inside the jitted step by ``apply_lora(base, adapters, cfg)``. The step
+differentiates with respect to the adapters only, so the base weights get no
+gradient (JAX never builds their cotangents), no optimizer state and no
+update; the reference policy is the base itself (adapters off), so it costs
+no extra weights. ``apply_lora`` outside a step gives the merged, plain
+``nnx.State`` that the sampler reads (``merge_lora``).
+
+Adapters mirror the weight they adapt: for a weight with input dims ``I`` and
+output dims ``O`` (wq: I = (D,), O = (N, H); wo: I = (N, H), O = (D,)),
+``lora_a`` is [*I, r] and ``lora_b`` is [r, *O], with the weight's logical axes
+on I and O, so the rules shard them like their weight. A starts random
+(PEFT's Kaiming-uniform bound 1/sqrt(fan_in)), B at zero: the adapted model
+starts exactly at the base.
+
+``save_adapters`` writes them alone as a PEFT-compatible
+``adapter_model.safetensors`` (``base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight``
+[r, in], ``lora_B.weight`` [out, r]) with ``adapter_config.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from rlpt.models.config import ModelConfig
+from rlpt.models.hf import SafetensorsReader, write_safetensors
+
+# rlpt weight -> (sub-module, number of leading input dims, HF module name).
+TARGETS = {
+    "wq": ("attn", 1, "self_attn.q_proj"), "wk": ("attn", 1, "self_attn.k_proj"),
+    "wv": ("attn", 1, "self_attn.v_proj"), "wo": ("attn", 2, "self_attn.o_proj"),
+    "w_gate": ("mlp", 1, "mlp.gate_proj"), "w_up": ("mlp", 1, "mlp.up_proj"),
+    "w_down": ("mlp", 1, "mlp.down_proj"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+  """rank: r; alpha: the update is scaled by alpha / rank; targets: keys of TARGETS."""
+
+  rank: int = 8
+  alpha: float = 16.0
+  targets: tuple[str, ...] = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+  def __post_init__(self):
+    if self.rank <= 0:
+      raise ValueError(f"lora.rank must be positive, got {self.rank}.")
+    if self.alpha <= 0:
+      raise ValueError(f"lora.alpha must be positive, got {self.alpha}.")
+    bad = [t for t in self.targets if t not in TARGETS]
+    if bad or not self.targets:
+      raise ValueError(f"lora.targets {self.targets} must be a non-empty subset of "
+                       f"{tuple(TARGETS)}.")
+
+  @property
+  def scale(self) -> float:
+    return self.alpha / self.rank
+
+
+def _weight(params: nnx.State, layer: int, target: str) -> nnx.Variable:
+  return params["decoder"]["blocks"][layer][TARGETS[target][0]][target]
+
+
+def _num_layers(params: nnx.State) -> int:
+  return len(params["decoder"]["blocks"])
+
+
+def init_lora(params: nnx.State, cfg: LoraConfig, key: jax.Array) -> nnx.State:
+  """Adapters for ``params`` (values or abstract): A random, B zero, fp32.
+
+  Returns a State {"decoder": {"blocks": {i: {module: {target: {"lora_a", "lora_b"}}}}}}
+  whose Params carry logical axes (shard it with rlpt.sharding.state_shardings).
+  """
+  blocks = {}
+  for i in range(_num_layers(params)):
+    mods: dict = {}
+    for t in cfg.targets:
+      w = _weight(params, i, t)
+      module, n_in, _ = TARGETS[t]
+      shape, axes = w.get_value().shape, w.get_metadata()["axes"]
+      fan_in = math.prod(shape[:n_in])
+      key, sub = jax.random.split(key)
+      bound = fan_in ** -0.5
+      a = jax.random.uniform(sub, (*shape[:n_in], cfg.rank), jnp.float32, -bound, bound)
+      b = jnp.zeros((cfg.rank, *shape[n_in:]), jnp.float32)
+      mods.setdefault(module, {})[t] = {
+          "lora_a": nnx.Param(a, axes=(*axes[:n_in], None)),
+          "lora_b": nnx.Param(b, axes=(None, *axes[n_in:]))}
+    blocks[i] = mods
+  return nnx.State({"decoder": {"blocks": blocks}})
+
+
+def _value(x):
+  return x.get_value() if isinstance(x, nnx.Variable) else x
+
+
+def apply_lora(params: nnx.State, adapters: nnx.State, cfg: LoraConfig) -> nnx.State:
+  """The params with every adapted weight replaced by W + scale * A @ B (pure, jittable).
+
+  Dtypes follow the base weights; untouched weights are passed through.
+  """
+  blocks = adapters["decoder"]["blocks"]
+  deltas = {}
+  for i in blocks:
+    for module, targets in blocks[i].items():
+      for t, ab in targets.items():
+        a, b = _value(ab["lora_a"]), _value(ab["lora_b"])
+        deltas[("decoder", "blocks", int(i), module, t)] = jnp.tensordot(a, b, axes=1) * cfg.scale
+
+  def one(path, var):
+    key = tuple(getattr(p, "key", getattr(p, "idx", None)) for p in path)
+    delta = deltas.get(key)
+    if delta is None:
+      return var
+    w = var.get_value()
+    return var.replace((w + delta.astype(w.dtype)))
+
+  return jax.tree_util.tree_map_with_path(one, params,
+                                          is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+merge_lora = jax.jit(apply_lora, static_argnums=2)
+merge_lora.__doc__ = "Merged plain params for the sampler: jitted ``apply_lora``."
+
+
+def num_adapter_params(adapters: nnx.State) -> int:
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(adapters))
+
+
+# ----------------------------------------------------------------------------
+# The RL step over adapters only.
+
+
+def lora_rl_train_step(state, base: nnx.State, batch, counts, kl_coef, *, graphdef, optimizer,
+                       loss_cfg, sampling, lora_cfg: LoraConfig):
+  """``rlpt.steps.rl_train_step`` with ``state.params`` = the adapters.
+
+  ``base`` is a plain argument, not differentiated: its gradient is never
+  computed, and the optimizer state covers the adapters alone. The old and
+  reference log-probs in ``batch`` come from the merged policy and the base.
+  """
+  from rlpt.rl import entropy_from_logits, policy_objective
+  from rlpt.sampling.logits import token_logprobs
+  from rlpt.steps import TrainState, forward_logits
+
+  def loss_fn(adapters):
+    params = apply_lora(base, adapters, lora_cfg)
+    logits = forward_logits(graphdef, params, batch.tokens[:, :-1])
+    logp = token_logprobs(logits, batch.tokens[:, 1:], sampling)
+    entropy = entropy_from_logits(logits, sampling) if loss_cfg.entropy_coef > 0 else None
+    return policy_objective(logp, batch.old_logp, batch.ref_logp, batch.advantages,
+                            batch.loss_mask, loss_cfg, counts.num_tokens, counts.num_seqs,
+                            kl_coef=kl_coef, entropy_BxT=entropy)
+
+  (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics["grad_norm"] = optax.global_norm(grads)
+  return TrainState(state.step + 1, params, opt_state), metrics
+
+
+# ----------------------------------------------------------------------------
+# Adapters alone on disk (PEFT layout).
+
+
+def peft_tensors(adapters: nnx.State) -> dict[str, np.ndarray]:
+  """{PEFT name: fp32 array}: lora_A [r, in], lora_B [out, r] per adapted module."""
+  out = {}
+  blocks = adapters["decoder"]["blocks"]
+  for i in blocks:
+    for targets in blocks[i].values():
+      for t, ab in targets.items():
+        a = np.asarray(jax.device_get(_value(ab["lora_a"])), np.float32)
+        b = np.asarray(jax.device_get(_value(ab["lora_b"])), np.float32)
+        r = a.shape[-1]
+        name = f"base_model.model.model.layers.{int(i)}.{TARGETS[t][2]}"
+        out[f"{name}.lora_A.weight"] = np.ascontiguousarray(a.reshape(-1, r).T)
+        out[f"{name}.lora_B.weight"] = np.ascontiguousarray(b.reshape(r, -1).T)
+  return out
+
+
+def save_adapters(directory: str, adapters: nnx.State, cfg: LoraConfig,
+                  base_model: str = "") -> str:
+  """adapter_model.safetensors + adapter_config.json (PEFT's names and layout)."""
+  os.makedirs(directory, exist_ok=True)
+  write_safetensors(os.path.join(directory, "adapter_model.safetensors"),
+                    peft_tensors(adapters), {"format": "pt"})
+  modules = sorted({TARGETS[t][2].split(".")[-1] for t in cfg.targets})
+  with open(os.path.join(directory, "adapter_config.json"), "w") as f:
+    json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": cfg.rank,
+               "lora_alpha": cfg.alpha, "lora_dropout": 0.0, "target_modules": modules,
+               "bias": "none", "fan_in_fan_out": False, "inference_mode": True,
+               "base_model_name_or_path": base_model}, f, indent=2)
+  return directory
+
+
+def load_adapters(directory: str, params: nnx.State) -> tuple[nnx.State, LoraConfig]:
+  """Reads ``save_adapters``' output back for ``params``' architecture."""
+  with open(os.path.join(directory, "adapter_config.json")) as f:
+    meta = json.load(f)
+  by_module = {v[2].split(".")[-1]: k for k, v in TARGETS.items()}
+  unknown = [m for m in meta["target_modules"] if m not in by_module]
+  if unknown:
+    raise ValueError(f"adapter_config.json targets {unknown}, which rlpt does not adapt.")
+  cfg = LoraConfig(int(meta["r"]), float(meta["lora_alpha"]),
+                   tuple(sorted(by_module[m] for m in meta["target_modules"])))
+  adapters = init_lora(params, cfg, jax.random.key(0))
+  reader = SafetensorsReader(directory)
+  try:
+    for i in range(_num_layers(params)):
+      for t in cfg.targets:
+        module, n_in, hf = TARGETS[t]
+        ab = adapters["decoder"]["blocks"][i][module][t]
+        name = f"base_model.model.model.layers.{i}.{hf}"
+        a_shape, b_shape = ab["lora_a"].get_value().shape, ab["lora_b"].get_value().shape
+        a = reader.read(f"{name}.lora_A.weight", (slice(None),) * 2).T.reshape(a_shape)
+        b = reader.read(f"{name}.lora_B.weight", (slice(None),) * 2).T.reshape(b_shape)
+        ab["lora_a"] = ab["lora_a"].replace(jnp.asarray(a, jnp.float32))
+        ab["lora_b"] = ab["lora_b"].replace(jnp.asarray(b, jnp.float32))
+  finally:
+    reader.close()
+  return adapters, cfg
