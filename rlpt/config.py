@@ -259,15 +259,23 @@ GROUP_BASELINE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
 class BaseModelConfig:
   """Where the starting policy comes from.
 
-  ``checkpoint`` names a saved base directly; when empty, the base is built by
-  the pre-training experiment ``experiment`` (with argument ``arg``) and cached
-  under ``cache_dir`` keyed by that config's fingerprint.
+  ``checkpoint`` names a saved base directly; ``hf_checkpoint`` a Hugging Face
+  checkpoint directory (config.json + safetensors, rlpt.models.hf); when both
+  are empty, the base is built by the pre-training experiment ``experiment``
+  (with argument ``arg``) and cached under ``cache_dir`` keyed by that
+  config's fingerprint.
   """
 
   checkpoint: str = ""
+  hf_checkpoint: str = ""
   experiment: str = "pretrain_base"
   arg: str = ""
   cache_dir: str = ".cache/rlpt/bases"
+
+  def __post_init__(self):
+    _require(not (self.checkpoint and self.hf_checkpoint),
+             f"set base.checkpoint ('{self.checkpoint}') or base.hf_checkpoint "
+             f"('{self.hf_checkpoint}'), not both.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -148,11 +148,18 @@ def load_experiment_config(name: str, arg: str = ""):
   return module.get_config(arg) if arg else module.get_config()
 
 
-def resolve_base(base_cfg, progress: bool = True):
+def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES):
   """Loads the base policy named by a BaseModelConfig, building and caching it if needed.
 
-  Returns (model config, graphdef, params, checkpoint path).
+  Returns (model config, graphdef, params, checkpoint path). A Hugging Face
+  ``hf_checkpoint`` is read with rlpt.models.hf.load_hf_checkpoint: with
+  ``mesh`` straight into the ``rules`` layout (each device reads its own
+  shards), else onto this process's first device like the other bases.
   """
+  if base_cfg.hf_checkpoint:
+    from rlpt.models.hf import load_hf_checkpoint
+    model_cfg, graphdef, params = load_hf_checkpoint(base_cfg.hf_checkpoint, mesh, rules)
+    return model_cfg, graphdef, params, base_cfg.hf_checkpoint
   if base_cfg.checkpoint:
     path = base_cfg.checkpoint
   else:
@@ -179,3 +186,12 @@ def resolve_base(base_cfg, progress: bool = True):
   model_cfg, graphdef, params, _ = load_model(
       path, shardings=lambda abstract: jax.tree.map(lambda _: local, abstract))
   return model_cfg, graphdef, params, path
+
+
+def resolve_tokenizer(base_cfg):
+  """The tokenizer of the base: a Hugging Face base's own (tokenizer.json or
+  tokenizer.model), else the byte tokenizer of the built-in bases."""
+  if base_cfg.hf_checkpoint:
+    from rlpt.tokenizers.hf import load_tokenizer
+    return load_tokenizer(base_cfg.hf_checkpoint)
+  return ByteTokenizer()

@@ -55,7 +55,7 @@ def test_unknown_key_is_named_with_a_suggestion():
     ({"domains.weights": [1.0] * 6}, r"domains.weights is set but curriculum.strategy='uniform'"),
     ({"curriculum.strategy": "fixed"}, r"curriculum.strategy='fixed' needs domains.weights"),
     ({"curriculum.min_share": 0.2}, r"min_share"),
-    ({"curriculum.priorities": {"rlpt/math-add-easy-v0": -1.0}}, r"priorities must be finite and >= 0"),
+    ({"curriculum.priorities": {"rlpt/math-mul-easy-v0": -1.0}}, r"priorities must be finite and >= 0"),
     ({"curriculum.priorities": {"rlpt/nope-v0": 1.0}}, r"extra \['rlpt/nope-v0'\]"),
     ({"rl.advantage": "rloo", "rollout.group_size": 1, "rollout.batch_size": 16},
      r"group_size must be >= 2 for rloo"),

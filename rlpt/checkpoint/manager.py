@@ -78,7 +78,9 @@ def model_fingerprint(directory: str) -> str:
   """
   h = hashlib.sha256()
   directory = os.path.abspath(directory)
-  with open(os.path.join(directory, "model.json"), "rb") as f:
+  # A Hugging Face base (rlpt.models.hf) has config.json where rlpt has model.json.
+  meta = "model.json" if os.path.exists(os.path.join(directory, "model.json")) else "config.json"
+  with open(os.path.join(directory, meta), "rb") as f:
     h.update(f.read())
   for root, dirs, files in os.walk(directory):
     dirs.sort()

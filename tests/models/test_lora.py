@@ -23,11 +23,22 @@ CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_h
 LORA = LoraConfig(rank=4, alpha=8.0)
 
 
+# Everything below runs jitted: on CPU, op-by-op execution compiles each op.
 @pytest.fixture(scope="module")
 def base():
-  return nnx.split(Transformer(CFG, nnx.Rngs(0)))
+  graphdef, _ = nnx.split(nnx.eval_shape(lambda: Transformer(CFG, nnx.Rngs(0))))
+  params = jax.jit(lambda: nnx.split(Transformer(CFG, nnx.Rngs(0)))[1])()
+  return graphdef, params
 
 
+_init = jax.jit(init_lora, static_argnums=1)
+_fwd = jax.jit(forward_logits, static_argnums=0)
+_fwd_lora = jax.jit(lambda g, p, a, t: forward_logits(g, apply_lora(p, a, LORA), t),
+                    static_argnums=0)
+_logprobs = jax.jit(sequence_logprobs, static_argnums=(0, 3))
+
+
+@jax.jit
 def _randomize_b(adapters, key):
   leaves, tree = jax.tree.flatten(adapters)
   keys = jax.random.split(key, len(leaves))
@@ -37,22 +48,21 @@ def _randomize_b(adapters, key):
 
 def test_adapters_start_at_the_base_and_have_weight_axes(base):
   graphdef, params = base
-  adapters = init_lora(params, LORA, jax.random.key(1))
+  adapters = _init(params, LORA, jax.random.key(1))
   ab = adapters["decoder"]["blocks"][0]["attn"]["wo"]
   assert ab["lora_a"].get_value().shape == (4, 8, 4) and ab["lora_b"].get_value().shape == (4, 32)
   assert ab["lora_a"].get_metadata()["axes"] == ("heads", "head_dim", None)
   assert not np.any(np.asarray(ab["lora_b"].get_value())) and np.any(np.asarray(ab["lora_a"].get_value()))
   tokens = jax.random.randint(jax.random.key(2), (2, 9), 0, 64)
-  np.testing.assert_array_equal(
-      np.asarray(forward_logits(graphdef, apply_lora(params, adapters, LORA), tokens)),
-      np.asarray(forward_logits(graphdef, params, tokens)))
+  np.testing.assert_array_equal(np.asarray(_fwd_lora(graphdef, params, adapters, tokens)),
+                                np.asarray(_fwd(graphdef, params, tokens)))
   # 2 layers, rank 4: wq, wo (32 in + 32 out), wk, wv (32 + 16), gate, up, down (32 + 48).
   assert num_adapter_params(adapters) == 2 * 4 * (2 * (32 + 32) + 2 * (32 + 16) + 3 * (32 + 48))
 
 
 def test_merge_equals_w_plus_scaled_ab(base):
   _, params = base
-  adapters = _randomize_b(init_lora(params, LORA, jax.random.key(1)), jax.random.key(3))
+  adapters = _randomize_b(_init(params, LORA, jax.random.key(1)), jax.random.key(3))
   merged = merge_lora(params, adapters, LORA)
   ab = adapters["decoder"]["blocks"][1]["mlp"]["w_down"]
   want = (params["decoder"]["blocks"][1]["mlp"]["w_down"].get_value()
@@ -65,14 +75,14 @@ def test_merge_equals_w_plus_scaled_ab(base):
 
 def test_sampler_reads_the_merged_params(base):
   graphdef, params = base
-  adapters = _randomize_b(init_lora(params, LORA, jax.random.key(1)), jax.random.key(4))
+  adapters = _randomize_b(_init(params, LORA, jax.random.key(1)), jax.random.key(4))
   merged = merge_lora(params, adapters, LORA)
   sampler = Sampler(graphdef, CFG, 4, 6, pad_id=0, stop_ids=())
   prompts = np.array([[1, 5, 9, 2], [1, 7, 0, 0]])
   out = sampler.generate(merged, prompts, np.array([4, 2]), jax.random.key(0), SamplingParams(0.0))
   # Greedy tokens re-scored by a full pass of the LoRA-applied model are its argmaxes.
   row = np.concatenate([prompts[0], np.asarray(out.tokens)[0]])
-  logits = forward_logits(graphdef, apply_lora(params, adapters, LORA), row[None, :-1])
+  logits = _fwd_lora(graphdef, params, adapters, row[None, :-1])
   np.testing.assert_array_equal(np.argmax(np.asarray(logits)[0, 3:], -1), row[4:])
 
 
@@ -85,14 +95,14 @@ def _batch(key):
 
 def test_gradient_and_optimizer_cover_only_the_adapters(base):
   graphdef, params = base
-  adapters = init_lora(params, LORA, jax.random.key(1))
+  adapters = _init(params, LORA, jax.random.key(1))
   optimizer = optax.adam(1e-2)
   state = TrainState(jnp.zeros((), jnp.int32), adapters, optimizer.init(adapters))
   # The optimizer state holds two moments of the adapters, nothing of the base.
   assert sum(x.size for x in jax.tree.leaves(state.opt_state)) == 1 + 2 * num_adapter_params(adapters)
   tokens, mask, adv = _batch(jax.random.key(5))
   sampling = SamplingParams(1.0)
-  ref = sequence_logprobs(graphdef, params, tokens, sampling)
+  ref = _logprobs(graphdef, params, tokens, sampling)
   batch = RLBatch(tokens, mask, ref, ref, adv)
   counts = Counts(mask.sum(), jnp.asarray(4.0))
   step = jax.jit(lambda s, b: lora_rl_train_step(
@@ -107,7 +117,7 @@ def test_gradient_and_optimizer_cover_only_the_adapters(base):
   # With B = 0 the first gradient reaches B only (dL/dA = dL/dW @ B^T = 0).
   def loss(ad):
     return jnp.sum(forward_logits(graphdef, apply_lora(params, ad, LORA), tokens) ** 2)
-  g = jax.grad(loss)(adapters)
+  g = jax.jit(jax.grad(loss))(adapters)
   gab = g["decoder"]["blocks"][0]["attn"]["wq"]
   assert not np.any(np.asarray(gab["lora_a"].get_value()))
   assert np.any(np.asarray(gab["lora_b"].get_value()))
@@ -120,14 +130,14 @@ def test_gradient_and_optimizer_cover_only_the_adapters(base):
   moved = state2.params["decoder"]["blocks"][0]["attn"]["wq"]["lora_b"].get_value()
   assert np.any(np.asarray(moved))
   # The policy moved towards the positive-advantage row and away from the negative one.
-  new = sequence_logprobs(graphdef, apply_lora(params, state2.params, LORA), tokens, sampling)
+  new = _logprobs(graphdef, merge_lora(params, state2.params, LORA), tokens, sampling)
   delta = np.asarray(((new - ref) * mask).sum(1))
   assert delta[0] > 0 and delta[1] < 0
 
 
 def test_adapters_shard_like_their_weights(base):
   _, params = base
-  adapters = init_lora(params, LORA, jax.random.key(1))
+  adapters = _init(params, LORA, jax.random.key(1))
   mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   sh = state_shardings(adapters, mesh, DEFAULT_RULES)
   a = sh["decoder"]["blocks"][0]["attn"]["wq"]["lora_a"].get_value()
@@ -137,7 +147,7 @@ def test_adapters_shard_like_their_weights(base):
 
 def test_peft_layout_and_round_trip(base, tmp_path):
   _, params = base
-  adapters = _randomize_b(init_lora(params, LORA, jax.random.key(1)), jax.random.key(6))
+  adapters = _randomize_b(_init(params, LORA, jax.random.key(1)), jax.random.key(6))
   t = peft_tensors(adapters)
   name = "base_model.model.model.layers.0.self_attn.o_proj"
   assert t[f"{name}.lora_A.weight"].shape == (4, 32) and t[f"{name}.lora_B.weight"].shape == (32, 4)
