@@ -449,7 +449,9 @@ class Trainer:
           ev = self.evaluate()
           self._log(self.step, "eval", ev)
           if bar is not None:
-            bar.write(f"step {self.step}: held-out success {ev['success/mean']:.3f}")
+            sampled = (f", sampled pass@1 {ev['sampled_success/mean']:.3f}"
+                       if "sampled_success/mean" in ev else "")
+            bar.write(f"step {self.step}: held-out success {ev['success/mean']:.3f}{sampled}")
         # After the step's evaluation: the checkpoint holds its eval row, and
         # the best checkpoint is ranked by held-out metrics.
         if self.checkpointer is not None and (self.step % ck.every == 0
