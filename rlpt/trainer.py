@@ -38,7 +38,7 @@ from rlpt.curriculum import domain_metrics
 from rlpt.data import TaskStream, eval_tasks
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
 from rlpt.models import ValueModel
-from rlpt.pretrain import _progress, resolve_base
+from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_with_signal,
                      kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B)
@@ -50,7 +50,6 @@ from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import make_mesh, state_shardings
 from rlpt.steps import (Counts, RLBatch, ValueBatch, make_optimizer, rl_train_step,
                         sequence_logprobs, sequence_values, value_train_step)
-from rlpt.tokenizers import ByteTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class Trainer:
       os.makedirs(workdir, exist_ok=True)
       with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(to_json(cfg))
-    self.tokenizer = ByteTokenizer()
+    self.tokenizer = resolve_tokenizer(cfg.base)
     self.mesh = make_mesh(cfg.mesh.as_dict())
     # Two layouts from the config's rules: training (FSDP + tensor) for the
     # update and the reference pass, sampling (tensor only) for the sampler.

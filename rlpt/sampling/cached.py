@@ -135,9 +135,19 @@ def cached_forward(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxT: jax.Ar
 
 
 def check_model_cfg(cfg: ModelConfig):
+  """The fast paths re-implement the plain Llama block; refuse any model option
+  they do not implement rather than sample from a different model."""
   if cfg.attention_window:
     raise ValueError(f"the fast sampling paths have no sliding window; model.attention_window "
                      f"is {cfg.attention_window} (use rlpt.sampling.Sampler).")
+  plain = ModelConfig()
+  unsupported = {name: getattr(cfg, name) for name in (
+      "scale_tied_head", "qkv_bias", "qk_norm", "norm_offset", "embed_scale", "mlp_activation",
+      "post_norms", "attn_scale", "attn_logit_softcap", "final_logit_softcap", "layer_windows",
+      "rope_scaling", "rope_local_theta") if getattr(cfg, name) != getattr(plain, name)}
+  if unsupported:
+    raise ValueError(f"the fast sampling paths support the plain Llama block only; this model "
+                     f"sets {unsupported} (use rlpt.sampling.Sampler).")
 
 
 @dataclasses.dataclass(frozen=True)
