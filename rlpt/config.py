@@ -102,7 +102,7 @@ def from_config_dict(cls: type[T], cfg: Mapping[str, Any], path: str = "config")
     raise ConfigError(f"{path}: {e}") from e
 
 
-def default_config_dict(cls: type) -> "ml_collections.ConfigDict":
+def default_config_dict(cls: type):
   """A ConfigDict holding every field of dataclass ``cls`` at its default.
 
   Experiment files start from this and set what they change, so every field

@@ -105,7 +105,6 @@ class Trainer:
         for sp in {self.sampling, self.eval_sampling}}
     loss_cfg = cfg.loss_config()
     bs2 = batch_sharding(self.mesh, self.rules, 2)
-    bs1 = batch_sharding(self.mesh, self.rules, 1)
     rep = replicated(self.mesh)
     self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
     self._counts_sh = Counts(rep, rep)

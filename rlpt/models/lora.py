@@ -33,7 +33,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-from rlpt.models.config import ModelConfig
 from rlpt.models.hf import SafetensorsReader, write_safetensors
 
 # rlpt weight -> (sub-module, number of leading input dims, HF module name).

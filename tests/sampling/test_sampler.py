@@ -4,8 +4,6 @@ Tolerances: fp32 throughout; the cached decode path and the full forward pass
 differ only by summation order, so 2e-5 absolute on log-probs and logits.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
