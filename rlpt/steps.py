@@ -110,18 +110,30 @@ def rl_train_step(state: TrainState, batch: RLBatch, counts: Counts, kl_coef: ja
   """
 
   def loss_fn(params):
-    logits = forward_logits(graphdef, params, batch.tokens[:, :-1])
-    logp = token_logprobs(logits, batch.tokens[:, 1:], sampling)
-    entropy = entropy_from_logits(logits, sampling) if loss_cfg.entropy_coef > 0 else None
-    return policy_objective(logp, batch.old_logp, batch.ref_logp, batch.advantages,
-                            batch.loss_mask, loss_cfg, counts.num_tokens, counts.num_seqs,
-                            kl_coef=kl_coef, entropy_BxT=entropy)
+    return policy_loss(params, batch, counts, kl_coef, graphdef=graphdef, loss_cfg=loss_cfg,
+                       sampling=sampling)
 
-  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  return apply_gradients(state, grads, optimizer), {**metrics,
+                                                    "grad_norm": optax.global_norm(grads)}
+
+
+def policy_loss(params: nnx.State, batch: RLBatch, counts: Counts, kl_coef: jax.Array, *,
+                graphdef: nnx.GraphDef, loss_cfg: LossConfig,
+                sampling: SamplingParams) -> tuple[jax.Array, dict]:
+  """The policy objective of ``batch`` under ``params``: (loss, metrics)."""
+  logits = forward_logits(graphdef, params, batch.tokens[:, :-1])
+  logp = token_logprobs(logits, batch.tokens[:, 1:], sampling)
+  entropy = entropy_from_logits(logits, sampling) if loss_cfg.entropy_coef > 0 else None
+  return policy_objective(logp, batch.old_logp, batch.ref_logp, batch.advantages,
+                          batch.loss_mask, loss_cfg, counts.num_tokens, counts.num_seqs,
+                          kl_coef=kl_coef, entropy_BxT=entropy)
+
+
+def apply_gradients(state: TrainState, grads, optimizer: optax.GradientTransformation) -> TrainState:
+  """One optimizer update of ``state`` (whatever its params are: a model or adapters)."""
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  metrics["grad_norm"] = optax.global_norm(grads)
-  return TrainState(state.step + 1, params, opt_state), metrics
+  return TrainState(state.step + 1, optax.apply_updates(state.params, updates), opt_state)
 
 
 def sequence_values(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array) -> jax.Array:

@@ -149,24 +149,15 @@ def lora_rl_train_step(state, base: nnx.State, batch, counts, kl_coef, *, graphd
   computed, and the optimizer state covers the adapters alone. The old and
   reference log-probs in ``batch`` come from the merged policy and the base.
   """
-  from rlpt.rl import entropy_from_logits, policy_objective
-  from rlpt.sampling.logits import token_logprobs
-  from rlpt.steps import TrainState, forward_logits
+  from rlpt.steps import apply_gradients, policy_loss
 
   def loss_fn(adapters):
-    params = apply_lora(base, adapters, lora_cfg)
-    logits = forward_logits(graphdef, params, batch.tokens[:, :-1])
-    logp = token_logprobs(logits, batch.tokens[:, 1:], sampling)
-    entropy = entropy_from_logits(logits, sampling) if loss_cfg.entropy_coef > 0 else None
-    return policy_objective(logp, batch.old_logp, batch.ref_logp, batch.advantages,
-                            batch.loss_mask, loss_cfg, counts.num_tokens, counts.num_seqs,
-                            kl_coef=kl_coef, entropy_BxT=entropy)
+    return policy_loss(apply_lora(base, adapters, lora_cfg), batch, counts, kl_coef,
+                       graphdef=graphdef, loss_cfg=loss_cfg, sampling=sampling)
 
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  metrics["grad_norm"] = optax.global_norm(grads)
-  return TrainState(state.step + 1, params, opt_state), metrics
+  return apply_gradients(state, grads, optimizer), {**metrics,
+                                                    "grad_norm": optax.global_norm(grads)}
 
 
 # ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlpt.attention import attention, attention_mask, rope_frequencies
+from rlpt.attention.rope import apply_rope_with_frequencies
 from rlpt.models.config import ModelConfig
 from rlpt.sharding import constrain
 
@@ -75,13 +76,7 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, theta: float,
   h = x_BxTxNxH.shape[-1]
   if freq_H2 is None:
     freq_H2 = theta ** (-jnp.arange(0, h, 2, dtype=jnp.float32) / h)
-  angle_BxTxH2 = positions_BxT[..., None].astype(jnp.float32) * freq_H2
-  sin = jnp.sin(angle_BxTxH2)[:, :, None, :]
-  cos = jnp.cos(angle_BxTxH2)[:, :, None, :]
-  x = x_BxTxNxH.astype(jnp.float32)
-  x1, x2 = jnp.split(x, 2, axis=-1)
-  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-  return out.astype(x_BxTxNxH.dtype)
+  return apply_rope_with_frequencies(x_BxTxNxH, positions_BxT, freq_H2)
 
 
 def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, scale: float | None = None,
