@@ -378,6 +378,31 @@ class ValueConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LoraSection:
+  """LoRA fine-tuning of the policy; rank 0 trains every weight.
+
+  With rank > 0 the trainable state is the adapters alone; the frozen base is
+  the reference policy too, so LoRA costs no extra weights for the KL term.
+  """
+
+  rank: int = 0
+  alpha: float = 16.0
+  targets: tuple[str, ...] = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+  def __post_init__(self):
+    _require(self.rank >= 0, f"lora.rank must be >= 0 (0 = full fine-tuning), got {self.rank}.")
+    if self.rank:
+      self.lora_config()
+
+  def lora_config(self):
+    from rlpt.models.lora import LoraConfig
+    try:
+      return LoraConfig(rank=self.rank, alpha=self.alpha, targets=self.targets)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+
+
+@dataclasses.dataclass(frozen=True)
 class CurriculumConfig:
   """How training tasks are spread over domains (rlpt.curriculum).
 
@@ -455,6 +480,7 @@ class TrainConfig:
   rollout: RolloutConfig = RolloutConfig()
   rl: RLConfig = RLConfig()
   value: ValueConfig = ValueConfig()
+  lora: LoraSection = LoraSection()
   curriculum: CurriculumConfig = CurriculumConfig()
   optim: OptimConfig = OptimConfig(learning_rate=1e-4)
   eval: EvalConfig = EvalConfig()
@@ -477,6 +503,10 @@ class TrainConfig:
                f"rollout.group_size must be >= 2 for {self.rl.advantage} (advantages are "
                f"relative to the group), got {self.rollout.group_size}.")
     self.domain_sampler()
+    if self.lora.rank:
+      _require(self.sharding.reference_memory == "device",
+               "lora.rank > 0 reads the frozen base (the reference) in every update; set "
+               "sharding.reference_memory='device'.")
     _require(self.rollout.batch_size % self.rl.minibatches == 0,
              f"rollout.batch_size={self.rollout.batch_size} is not divisible by "
              f"rl.minibatches={self.rl.minibatches}.")

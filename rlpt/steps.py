@@ -115,7 +115,7 @@ def rl_train_step(state: TrainState, batch: RLBatch, counts: Counts, kl_coef: ja
 
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   return apply_gradients(state, grads, optimizer), {**metrics,
-                                                    "grad_norm": optax.global_norm(grads)}
+                                                    "grad_norm": optax.tree.norm(grads)}
 
 
 def policy_loss(params: nnx.State, batch: RLBatch, counts: Counts, kl_coef: jax.Array, *,
@@ -159,7 +159,7 @@ def value_train_step(state: TrainState, batch: ValueBatch, counts: Counts, *,
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics["value_grad_norm"] = optax.global_norm(grads)
+  metrics["value_grad_norm"] = optax.tree.norm(grads)
   return TrainState(state.step + 1, params, opt_state), metrics
 
 
@@ -180,5 +180,5 @@ def sft_train_step(state: TrainState, tokens_BxL: jax.Array, loss_mask_BxL1: jax
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics["grad_norm"] = optax.global_norm(grads)
+  metrics["grad_norm"] = optax.tree.norm(grads)
   return TrainState(state.step + 1, params, opt_state), metrics

@@ -38,6 +38,7 @@ from rlpt.curriculum import domain_metrics
 from rlpt.data import TaskStream, eval_tasks
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
 from rlpt.models import ValueModel
+from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
 from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_with_signal,
                      kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
@@ -84,16 +85,21 @@ class Trainer:
       raise ValueError(f"base model vocab {self.model_cfg.vocab_size} < tokenizer vocab "
                        f"{self.tokenizer.vocab_size}.")
     self.optimizer = make_optimizer(cfg.optim, cfg.steps)
-    self.state, state_sh = place_train_state(params, self.optimizer, self.mesh, self.rules)
     # The reference is a frozen copy of the base: same layout, no optimizer
     # state; with reference_memory="pinned_host" it waits in host memory.
-    self.ref_sh = state_sh.params
+    self.ref_sh = state_shardings(params, self.mesh, self.rules)
     self.ref_on_host = cfg.sharding.reference_memory == "pinned_host"
     self.ref_params = place_params(params, self.mesh, self.rules,
                                    "pinned_host" if self.ref_on_host else None)
+    # With LoRA the trainable state is the adapters; the base stays frozen and
+    # doubles as the reference.
+    self.lora_cfg = cfg.lora.lora_config() if cfg.lora.rank else None
+    trainable = (params if self.lora_cfg is None else
+                 init_lora(params, self.lora_cfg, jax.random.key(cfg.seed + 17)))
+    self.state, state_sh = place_train_state(trainable, self.optimizer, self.mesh, self.rules)
     sample_sh = state_shardings(params, self.mesh, self.sample_rules)
-    self._to_sample_layout = make_reshard(state_sh.params, sample_sh)
-    self.sample_params = self._to_sample_layout(self.state.params)
+    self._to_sample_layout = make_reshard(self.ref_sh, sample_sh)
+    self.sample_params = self._to_sample_layout(self.policy_params())
 
     self.sampling = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.eval_sampling = SamplingParams(cfg.eval.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
@@ -108,13 +114,21 @@ class Trainer:
     rep = replicated(self.mesh)
     self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
     self._counts_sh = Counts(rep, rep)
-    self._train_step = jit_step(rl_train_step, state_sh, (self._batch_sh, self._counts_sh, rep),
-                                self.mesh, rules=self.rules, graphdef=self.graphdef,
-                                optimizer=self.optimizer,
-                                loss_cfg=loss_cfg, sampling=self.sampling)
+    if self.lora_cfg is None:
+      self._train_step = jit_step(rl_train_step, state_sh,
+                                  (self._batch_sh, self._counts_sh, rep), self.mesh,
+                                  rules=self.rules, graphdef=self.graphdef,
+                                  optimizer=self.optimizer, loss_cfg=loss_cfg,
+                                  sampling=self.sampling)
+    else:
+      lora_step = jit_step(lora_rl_train_step, state_sh,
+                           (self.ref_sh, self._batch_sh, self._counts_sh, rep), self.mesh,
+                           rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
+                           loss_cfg=loss_cfg, sampling=self.sampling, lora_cfg=self.lora_cfg)
+      self._train_step = lambda state, *rest: lora_step(state, self.ref_params, *rest)
     self._logprobs = jax.jit(
         functools.partial(sequence_logprobs, self.graphdef, sampling=self.sampling),
-        in_shardings=(state_sh.params, bs2), out_shardings=bs2)
+        in_shardings=(self.ref_sh, bs2), out_shardings=bs2)
     self.kl_ctl = make_kl_controller(
         cfg.rl.kl_controller, cfg.rl.kl_beta,
         **({"target": cfg.rl.kl_target, "horizon": cfg.rl.kl_horizon}
@@ -345,7 +359,7 @@ class Trainer:
           metric_sums[key] += float(v)
         n_updates += 1
     # The sampler reads its own (sampling-layout) copy of the new weights.
-    self.sample_params = self._to_sample_layout(self.state.params)
+    self.sample_params = self._to_sample_layout(self.policy_params())
     jax.block_until_ready(self.sample_params)
     timings["time/update"] = time.perf_counter() - t
     timings["time/step"] = time.perf_counter() - t_step
@@ -529,7 +543,7 @@ class Trainer:
                   "; ".join(changed[:20]))
     self.state = restored.arrays["policy"]
     self.value_state = restored.arrays["value"]
-    self.sample_params = self._to_sample_layout(self.state.params)
+    self.sample_params = self._to_sample_layout(self.policy_params())
     self.rng = jax.random.wrap_key_data(np.asarray(t["rng"]["data"], np.uint32),
                                         impl=t["rng"]["impl"])
     self.task_stream.load_state_dict(t["tasks"])
@@ -549,9 +563,16 @@ class Trainer:
         self.writer.write(t.step, "checkpoint", {"checkpoint/save_seconds": t.total,
                                                  "checkpoint/blocked_seconds": t.blocked})
 
+  def policy_params(self) -> nnx.State:
+    """The policy's full parameters (the base with the LoRA adapters merged in)."""
+    if self.lora_cfg is None:
+      return self.state.params
+    return merge_lora(self.ref_params, self.state.params, self.lora_cfg)
+
   def export(self, directory: str) -> None:
-    """The current policy as a plain parameter checkpoint (rlpt.checkpoint.save_model)."""
-    params = to_host(self.state.params)  # every process joins the gather
+    """The current policy as a plain parameter checkpoint (rlpt.checkpoint.save_model);
+    with LoRA also the adapters alone, PEFT layout, under ``directory/adapters``."""
+    params = to_host(self.policy_params())  # every process joins the gather
     if jax.process_count() > 1:
       # save_model is a single-process writer; the run checkpoints hold the
       # sharded params of multi-process runs.
@@ -561,6 +582,9 @@ class Trainer:
     save_model(directory, params, self.model_cfg,
                {"step": self.step, "base": os.path.abspath(self.base_path),
                 "train_config": json.loads(to_json(self.cfg))})
+    if self.lora_cfg is not None:
+      save_adapters(os.path.join(directory, "adapters"), to_host(self.state.params),
+                    self.lora_cfg)
 
   def _log(self, step: int, kind: str, metrics: dict):
     if self.writer is not None:

@@ -157,7 +157,7 @@ def lora_rl_train_step(state, base: nnx.State, batch, counts, kl_coef, *, graphd
 
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   return apply_gradients(state, grads, optimizer), {**metrics,
-                                                    "grad_norm": optax.global_norm(grads)}
+                                                    "grad_norm": optax.tree.norm(grads)}
 
 
 # ----------------------------------------------------------------------------
