@@ -69,6 +69,11 @@ def host_to_global(tree: Any, shardings: Any) -> Any:
     shardings = jax.tree.map(lambda _: shardings, tree)
 
   def one(x, sh):
+    if isinstance(x, jax.Array) and (jax.process_count() == 1 or not x.is_fully_addressable):
+      # Already on devices (e.g. a checkpoint read shard by shard onto the
+      # mesh): lay it out with a device-side copy, never through one host. A
+      # copy, so callers that donate the result do not invalidate ``x``.
+      return jax.device_put(x, sh, may_alias=False)
     x = np.asarray(x)
     return jax.make_array_from_callback(x.shape, sh, lambda idx: x[idx])
 

@@ -80,7 +80,8 @@ class Trainer:
     check_batch(cfg.rollout.batch_size, self.mesh, self.sample_rules, "rollout.batch_size")
     self._check_domains()
 
-    self.model_cfg, self.graphdef, params, self.base_path = resolve_base(cfg.base, cfg.progress)
+    self.model_cfg, self.graphdef, params, self.base_path = resolve_base(
+        cfg.base, cfg.progress, mesh=self.mesh, rules=self.rules)
     if self.model_cfg.vocab_size < self.tokenizer.vocab_size:
       raise ValueError(f"base model vocab {self.model_cfg.vocab_size} < tokenizer vocab "
                        f"{self.tokenizer.vocab_size}.")
