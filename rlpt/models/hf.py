@@ -61,6 +61,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "special_tokens_map.json", "generation_config.json", "chat_template.jinja")
 
 
+class UnsupportedCheckpointError(ValueError):
+  """A checkpoint uses an architecture option rlpt does not implement (named in the message)."""
+
+
 # ----------------------------------------------------------------------------
 # config.json <-> ModelConfig.
 
@@ -88,8 +92,8 @@ def _rope_scaling(params: dict | None, what: str) -> RopeScaling:
     return RopeScaling("llama3", float(params["factor"]), float(params["low_freq_factor"]),
                        float(params["high_freq_factor"]),
                        int(params["original_max_position_embeddings"]))
-  raise NotImplementedError(f"{what}: rope type '{kind}' is not supported; rlpt implements "
-                            "'default', 'linear' and 'llama3'.")
+  raise UnsupportedCheckpointError(f"{what}: rope type '{kind}' is not supported; rlpt implements "
+                                   "'default', 'linear' and 'llama3'.")
 
 
 def _rope(hf: dict, family: str) -> tuple[float, RopeScaling, float]:
@@ -104,7 +108,7 @@ def _rope(hf: dict, family: str) -> tuple[float, RopeScaling, float]:
     full, local = rp["full_attention"], rp.get("sliding_attention", {})
     local_scaling = _rope_scaling(local, "rope_parameters.sliding_attention")
     if local_scaling.kind != "none":
-      raise NotImplementedError("scaled RoPE on Gemma3's sliding layers is not supported.")
+      raise UnsupportedCheckpointError("scaled RoPE on Gemma3's sliding layers is not supported.")
     return (float(full["rope_theta"]), _rope_scaling(full, "rope_parameters.full_attention"),
             float(local.get("rope_theta", 10_000.0)))
   if rp:
@@ -137,15 +141,15 @@ def config_from_hf(hf: dict, dtype: str = "float32") -> tuple[ModelConfig, str]:
   family = MODEL_TYPES[model_type]
   gemma = family.startswith("gemma")
   if hf.get("mlp_bias") or (family != "qwen2" and hf.get("attention_bias")):
-    raise NotImplementedError(f"{model_type}: attention_bias / mlp_bias are not supported.")
+    raise UnsupportedCheckpointError(f"{model_type}: attention_bias / mlp_bias are not supported.")
   if hf.get("use_sliding_window"):
-    raise NotImplementedError(f"{model_type}: use_sliding_window=True is not supported.")
+    raise UnsupportedCheckpointError(f"{model_type}: use_sliding_window=True is not supported.")
   if hf.get("use_bidirectional_attention"):
-    raise NotImplementedError(f"{model_type}: bidirectional attention is not supported.")
+    raise UnsupportedCheckpointError(f"{model_type}: bidirectional attention is not supported.")
   act = hf.get("hidden_activation") or hf.get("hidden_act")
   want = "gelu_pytorch_tanh" if gemma else "silu"
   if act != want:
-    raise NotImplementedError(f"{model_type}: activation '{act}' is not supported (want '{want}').")
+    raise UnsupportedCheckpointError(f"{model_type}: activation '{act}' is not supported (want '{want}').")
   theta, scaling, local = _rope(hf, family)
   window = hf.get("sliding_window") or 0
   types = _layer_types(hf, family)
