@@ -21,7 +21,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from rlpt.sharding import KV_CACHE_AXES, Rules, logical_to_spec, state_shardings, use_rules
+from rlpt.sharding import Rules, logical_to_spec, state_shardings, use_rules
 from rlpt.steps import TrainState, init_train_state
 
 
@@ -48,10 +48,6 @@ def check_batch(size: int, mesh: Mesh, rules: Rules, what: str) -> None:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
-
-
-def kv_cache_sharding(mesh: Mesh, rules: Rules) -> NamedSharding:
-  return NamedSharding(mesh, logical_to_spec(KV_CACHE_AXES, rules))
 
 
 # ----------------------------------------------------------------------------

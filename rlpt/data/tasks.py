@@ -20,10 +20,10 @@ class Task(NamedTuple):
 
 
 class TaskSampler:
-  """Draws training tasks: a domain by weight, then a fresh seed in that domain.
+  """Draws tasks with fixed domain weights: a domain by weight, then a fresh seed.
 
-  Deterministic in ``seed``; ``state_dict`` / ``load_state_dict`` capture the
-  exact position so a resumed run draws the same tasks.
+  Deterministic in ``seed``. Used for pre-training and benchmarks; RL runs
+  draw through the checkpointable ``TaskStream`` with an adaptive curriculum.
   """
 
   def __init__(self, domains: Sequence[str], weights: Sequence[float] | None = None, seed: int = 0):
@@ -37,18 +37,8 @@ class TaskSampler:
   def sample(self, n: int) -> list[Task]:
     """n tasks, each domain drawn by this sampler's fixed weights."""
     idx = self._rng.choice(len(self.domains), size=n, p=self.weights)
-    return self.tasks_for([self.domains[i] for i in idx])
-
-  def tasks_for(self, domains: Sequence[str]) -> list[Task]:
-    """A fresh training task in each given domain (a curriculum chose the domains)."""
-    seeds = self._rng.integers(0, 2**62, size=len(domains))
-    return [Task(d, int(s), "train") for d, s in zip(domains, seeds)]
-
-  def state_dict(self) -> dict:
-    return {"bit_generator": self._rng.bit_generator.state}
-
-  def load_state_dict(self, state: dict) -> None:
-    self._rng.bit_generator.state = state["bit_generator"]
+    seeds = self._rng.integers(0, 2**62, size=n)
+    return [Task(self.domains[i], int(s), "train") for i, s in zip(idx, seeds)]
 
 
 def eval_tasks(domains: Sequence[str], per_domain: int, seed: int = 1234) -> list[Task]:

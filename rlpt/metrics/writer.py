@@ -67,8 +67,3 @@ class MetricsWriter:
     if self._tb is not None:
       self._tb.close()
 
-
-def read_metrics(path: str, kind: str | None = None) -> list[dict]:
-  with open(path) as f:
-    rows = [json.loads(line) for line in f if line.strip()]
-  return [r for r in rows if kind is None or r["kind"] == kind]
