@@ -24,8 +24,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.steps = 200
   c.base.update(experiment="pretrain_base", arg="")
   c.domains.ids = list(domains.DEFAULT)
-  c.rollout.update(batch_size=128, group_size=8, max_prompt_len=72, max_new_tokens=16,
-                   temperature=1.0, env_workers=4)
+  c.rollout.update(batch_size=128, group_size=8, max_prompt_len=72, max_new_tokens=24,
+                   temperature=1.0)
   c.rl.update(advantage="grpo", policy_loss="ppo_clip", clip_eps=0.2, kl_beta=0.01,
               kl_estimator="k3", aggregation="token-mean")
   c.optim.update(learning_rate=1e-4, warmup_steps=5)

@@ -27,7 +27,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.domains.ids = list(domains.DEFAULT)
   c.steps = 600
   c.batch_size = 64
-  c.max_len = 88
+  c.max_len = 96
   c.optim.update(learning_rate=3e-3, warmup_steps=50, decay="cosine", b2=0.99, grad_clip=1.0)
   c.log_every = 25
   # The base imitates an imperfect teacher: 30% of its demonstrations carry one

@@ -287,9 +287,36 @@ class RolloutConfig:
   temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
-  env_workers: int = 4
+  # Asynchronous rollout: batch n is trained on while batches n+1..n+k are
+  # generated and graded. staleness k = 0 is fully synchronous (exactly
+  # on-policy); k >= 1 samples batch n with the policy of k updates earlier and
+  # corrects with truncated importance weights (rl.tis_cap).
+  staleness: int = 0
+  # Multi-turn episodes: graded attempts per episode (failed ones return the
+  # verifier's feedback and the policy tries again in the same conversation),
+  # and the turn budget of tool-using domains (0 = each domain's own). Every
+  # turn's context, prompt and earlier turns included, is bounded by
+  # max_prompt_len; an episode that would exceed it ends unsolved.
+  max_attempts: int = 1
+  max_turns: int = 0
+  # The fast sampling path (rlpt.sampling.cached): int8 weight-only copy of
+  # the policy for the sampler (re-quantized after every weight handoff), an
+  # int8 KV cache, and a GRPO group sharing its prompt's prefilled cache.
+  # With int8 the sampler's log-probs differ slightly from the policy's: the
+  # trainer then recomputes the behaviour log-probs with the policy and
+  # corrects with truncated importance weights (rl.tis_cap).
+  weights_int8: bool = False
+  kv_int8: bool = False
+  share_prefix: bool = False
+
+  @property
+  def fast_sampler(self) -> bool:
+    return self.weights_int8 or self.kv_int8 or self.share_prefix
 
   def __post_init__(self):
+    _require(self.max_attempts >= 1, f"rollout.max_attempts must be >= 1, got {self.max_attempts}.")
+    _require(self.max_turns >= 0,
+             f"rollout.max_turns must be >= 0 (0 = each domain's own), got {self.max_turns}.")
     _require(self.batch_size > 0, f"rollout.batch_size must be > 0, got {self.batch_size}.")
     _require(self.group_size >= 1, f"rollout.group_size must be >= 1, got {self.group_size}.")
     _require(self.batch_size % self.group_size == 0,
@@ -299,11 +326,57 @@ class RolloutConfig:
     _require(self.max_new_tokens > 0, f"rollout.max_new_tokens must be > 0, got {self.max_new_tokens}.")
     _require(self.temperature > 0,
              f"rollout.temperature must be > 0 for RL sampling, got {self.temperature}.")
-    _require(self.env_workers > 0, f"rollout.env_workers must be > 0, got {self.env_workers}.")
+    _require(self.staleness >= 0, f"rollout.staleness must be >= 0 (0 = synchronous), got "
+             f"{self.staleness}.")
 
   @property
   def prompts_per_step(self) -> int:
     return self.batch_size // self.group_size
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+  """How environment jobs run (rlpt.rollout.envs, rlpt.rollout.scheduler).
+
+  workers / sandbox_workers: threads of the cheap-verifier and sandbox
+    resource classes (sandbox_workers 0 = workers).
+  priorities: one per domains.ids entry (default all 0); higher-priority
+    domains' jobs run first, ageing (one priority unit per aging_s seconds of
+    waiting) keeps the rest from starving.
+  retries / backoff_s: infrastructure failures are retried on a fresh,
+    replayed environment, backing off backoff_s, 2 backoff_s, ...; then masked.
+  job_timeout_s: a step running longer is a hung worker: it is failed (and
+    retried) and its thread replaced.
+  latency_s: sleep added to every sandbox step, to benchmark slow environments.
+  backend: "local" (threads on this host) or "ray" (actors on a Ray cluster;
+    ray_address "" starts a local one, ray_actors actors).
+  """
+
+  workers: int = 4
+  sandbox_workers: int = 0
+  priorities: tuple[float, ...] = ()
+  retries: int = 2
+  backoff_s: float = 0.05
+  job_timeout_s: float = 120.0
+  aging_s: float = 10.0
+  latency_s: float = 0.0
+  backend: str = "local"
+  ray_address: str = ""
+  ray_actors: int = 2
+
+  def __post_init__(self):
+    _require(self.workers > 0, f"env.workers must be > 0, got {self.workers}.")
+    _require(self.sandbox_workers >= 0,
+             f"env.sandbox_workers must be >= 0 (0 = env.workers), got {self.sandbox_workers}.")
+    _require(self.retries >= 0 and self.backoff_s >= 0,
+             f"env.retries and env.backoff_s must be >= 0, got {self.retries}, {self.backoff_s}.")
+    _require(self.job_timeout_s > 0 and self.aging_s > 0,
+             f"env.job_timeout_s and env.aging_s must be > 0, got {self.job_timeout_s}, "
+             f"{self.aging_s}.")
+    _require(self.latency_s >= 0, f"env.latency_s must be >= 0, got {self.latency_s}.")
+    _require(self.backend in ("local", "ray"),
+             f"env.backend must be 'local' or 'ray', got '{self.backend}'.")
+    _require(self.ray_actors > 0, f"env.ray_actors must be > 0, got {self.ray_actors}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,8 +415,15 @@ class RLConfig:
   overlong_filter: bool = False
   overlong_buffer: int = 0
   overlong_penalty: float = 1.0
+  # Behaviour log-probs: with recompute_old_logp (forced on by an int8
+  # sampler) the policy's own log-probs on the sampled batch become old_logp,
+  # and each token's advantage is weighted by min(pi_old / pi_sampler,
+  # tis_cap), truncated importance sampling for the sampler's mismatch.
+  recompute_old_logp: bool = False
+  tis_cap: float = 2.0
 
   def __post_init__(self):
+    _require(self.tis_cap >= 1.0, f"rl.tis_cap must be >= 1, got {self.tis_cap}.")
     _require(self.ppo_epochs > 0, f"rl.ppo_epochs must be > 0, got {self.ppo_epochs}.")
     _require(self.minibatches > 0, f"rl.minibatches must be > 0, got {self.minibatches}.")
     _require(self.kl_mode in ("loss", "reward"),
@@ -478,6 +558,7 @@ class TrainConfig:
   base: BaseModelConfig = BaseModelConfig()
   domains: DomainsConfig = DomainsConfig(ids=("rlpt/math-add-easy-v0",))
   rollout: RolloutConfig = RolloutConfig()
+  env: EnvConfig = EnvConfig()
   rl: RLConfig = RLConfig()
   value: ValueConfig = ValueConfig()
   lora: LoraSection = LoraSection()
@@ -510,6 +591,10 @@ class TrainConfig:
     _require(self.rollout.batch_size % self.rl.minibatches == 0,
              f"rollout.batch_size={self.rollout.batch_size} is not divisible by "
              f"rl.minibatches={self.rl.minibatches}.")
+    if self.env.priorities:
+      _require(len(self.env.priorities) == len(self.domains.ids),
+               f"env.priorities has {len(self.env.priorities)} entries for "
+               f"{len(self.domains.ids)} domains (one per domains.ids entry).")
     self.loss_config()
 
   @property

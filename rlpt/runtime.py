@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -143,12 +144,15 @@ def place_train_state(params: nnx.State, optimizer: optax.GradientTransformation
   return init(params), shardings
 
 
-def make_reshard(src_shardings: Any, dst_shardings: Any) -> Callable:
+def make_reshard(src_shardings: Any, dst_shardings: Any, copy: bool = False) -> Callable:
   """A jitted identity moving a tree from one layout to another (train -> sample).
 
-  Not donated: the training copy stays alive for the next update.
+  Not donated: the training copy stays alive for the next update. Where the
+  layouts agree JAX forwards the input buffers unchanged; ``copy=True``
+  returns fresh buffers, which outlive a later donation of the input.
   """
-  return jax.jit(lambda x: x, in_shardings=(src_shardings,), out_shardings=dst_shardings)
+  fn = (lambda x: jax.tree.map(jnp.copy, x)) if copy else (lambda x: x)
+  return jax.jit(fn, in_shardings=(src_shardings,), out_shardings=dst_shardings)
 
 
 # ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import zlib
 
@@ -43,11 +44,15 @@ from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_with_signal,
                      kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B)
-from rlpt.rollout import EnvPool, build_sequences, encode_prompts
+from rlpt.rollout import EnvPool, build_episode_sequences, encode_prompts, pad_contexts
+from rlpt.rollout.pipeline import AsyncRollout, BusyClock
 from rlpt.runtime import (batch_sharding, check_batch, host_to_global, is_primary, jit_sampler,
                           jit_step, make_reshard, place_params, place_train_state, replicated,
                           to_device, to_host)
 from rlpt.sampling import Sampler, SamplingParams
+from rlpt.sampling.cached import FastSampler, FlatLayout
+from rlpt.sampling.prefix import PrefixLayout
+from rlpt.sampling.quant import QuantizedState, quantize_params
 from rlpt.sharding import make_mesh, state_shardings
 from rlpt.steps import (Counts, RLBatch, ValueBatch, make_optimizer, rl_train_step,
                         sequence_logprobs, sequence_values, value_train_step)
@@ -99,17 +104,15 @@ class Trainer:
                  init_lora(params, self.lora_cfg, jax.random.key(cfg.seed + 17)))
     self.state, state_sh = place_train_state(trainable, self.optimizer, self.mesh, self.rules)
     sample_sh = state_shardings(params, self.mesh, self.sample_rules)
-    self._to_sample_layout = make_reshard(self.ref_sh, sample_sh)
-    self.sample_params = self._to_sample_layout(self.policy_params())
+    # An asynchronous producer keeps sampling with older weights while the
+    # update donates the training copy: its copies must not alias it.
+    self._to_sample_layout = make_reshard(self.ref_sh, sample_sh,
+                                          copy=cfg.rollout.staleness > 0)
 
     self.sampling = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.eval_sampling = SamplingParams(cfg.eval.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
-    self.sampler = Sampler(self.graphdef, self.model_cfg, cfg.rollout.max_prompt_len,
-                           cfg.rollout.max_new_tokens, self.tokenizer.pad_id,
-                           (self.tokenizer.eos_id,))
-    self._generate_fns = {
-        sp: jit_sampler(self.sampler, sp, sample_sh, self.mesh, self.sample_rules)
-        for sp in {self.sampling, self.eval_sampling}}
+    self._build_samplers(sample_sh)
+    self._handoff()
     loss_cfg = cfg.loss_config()
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     rep = replicated(self.mesh)
@@ -150,7 +153,9 @@ class Trainer:
       self._values = jax.jit(functools.partial(sequence_values, vgraph),
                              in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
-    self.pool = EnvPool(cfg.domains.ids, workers=cfg.rollout.env_workers)
+    self._recompute_logp = (cfg.rl.recompute_old_logp or cfg.rollout.weights_int8
+                            or cfg.rollout.kv_int8 or cfg.rollout.staleness > 0)
+    self.pool = make_env_pool(cfg)
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
     self.task_stream = TaskStream(cfg.seed, cfg.rollout.prompts_per_step)
@@ -158,6 +163,18 @@ class Trainer:
     self.eval_set = eval_tasks(cfg.domains.ids, cfg.eval.tasks_per_domain, seed=cfg.seed + 1)
     self.rng = jax.random.key(cfg.seed)
     self.step = 0
+    # Asynchronous rollout (rollout.staleness > 0): the producer, the policy
+    # versions it may sample with, curriculum updates it has yet to apply, and
+    # the iterator/curriculum state as of the last consumed wave (checkpoints).
+    self.pipeline: AsyncRollout | None = None
+    self._wave_key = jax.random.fold_in(jax.random.key(cfg.seed), 0x5A5A)
+    self._snapshots: dict[int, object] = {}
+    self._curriculum_log: dict[int, dict] = {}
+    self._applied_log: dict[int, dict] = {}
+    self._curriculum_lock = threading.RLock()
+    self._consumed_state: dict | None = None
+    self.busy = BusyClock()
+    self._window_start: float | None = None
     self.writer = MetricsWriter(workdir) if is_primary() else None
     self.history: dict[str, list[dict]] = {"train": [], "eval": []}
     # The reference is saved as a pointer (path + fingerprint), not weights.
@@ -169,6 +186,51 @@ class Trainer:
           os.path.join(workdir, "checkpoints"), keep=ck.keep,
           best_metric=ck.best_metric if ck.keep_best else None, best_mode=ck.best_mode,
           async_save=ck.async_save)
+
+  def _build_samplers(self, sample_sh):
+    """The sampler(s) and their jitted generate programs, from ``rollout``'s switches.
+
+    Plain: ``Sampler`` (every model option). Fast path (int8 weights / KV,
+    prefix sharing): ``FastSampler`` with a flat cache, plus, with
+    ``share_prefix``, a second one whose GRPO groups share the prompt's cache
+    (used for the first turn of grouped rollouts).
+    """
+    cfg, ro = self.cfg, self.cfg.rollout
+    args = (ro.max_prompt_len, ro.max_new_tokens, self.tokenizer.pad_id, (self.tokenizer.eos_id,))
+    param_sh = sample_sh
+    self._quantize = None
+    self._group_generate_fns = {}
+    modes = {self.sampling, self.eval_sampling}
+    if not ro.fast_sampler:
+      self.sampler = Sampler(self.graphdef, self.model_cfg, *args)
+    else:
+      try:
+        self.sampler = FastSampler(self.graphdef, self.model_cfg, *args, FlatLayout(ro.kv_int8))
+      except ValueError as e:
+        raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix: {e}") from e
+      if ro.weights_int8:
+        rep = replicated(self.mesh)
+        param_sh = QuantizedState(sample_sh, jax.tree.map(lambda _: rep, sample_sh))
+        self._quantize = jax.jit(quantize_params, in_shardings=(sample_sh,),
+                                 out_shardings=param_sh)
+      if ro.share_prefix and ro.group_size > 1:
+        check_batch(ro.prompts_per_step, self.mesh, self.sample_rules,
+                    "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
+        grouped = FastSampler(self.graphdef, self.model_cfg, *args,
+                              PrefixLayout(ro.group_size, ro.kv_int8))
+        self._group_generate_fns = {
+            self.sampling: jit_sampler(grouped, self.sampling, param_sh, self.mesh,
+                                       self.sample_rules)}
+    self._generate_fns = {sp: jit_sampler(self.sampler, sp, param_sh, self.mesh, self.sample_rules)
+                          for sp in modes}
+
+  def _handoff(self):
+    """Gives the sampler the current policy: resharded to the sampling layout,
+    then (``weights_int8``) quantized; waits until it is in place."""
+    self.sample_params = self._to_sample_layout(self.policy_params())
+    if self._quantize is not None:
+      self.sample_params = self._quantize(self.sample_params)
+    jax.block_until_ready(self.sample_params)
 
   def _check_domains(self):
     from environments import registry
@@ -182,69 +244,149 @@ class Trainer:
   # --------------------------------------------------------------------------
   # Rollout.
 
-  def _generate(self, prompts: list[str], domains: list[str], sampling: SamplingParams):
-    ids, lengths = encode_prompts(prompts, self.tokenizer, self.cfg.rollout.max_prompt_len,
-                                  domains, bucket=PROMPT_BUCKET)
-    self.rng, sub = jax.random.split(self.rng)
+  def _generate(self, ids: np.ndarray, lengths: np.ndarray, sampling: SamplingParams,
+                grouped: bool = False, params=None, key=None):
+    """Samples one completion per row of right-padded prompts (host arrays in and out).
+
+    ``grouped``: rows come in groups of ``rollout.group_size`` copies of one
+    prompt; with ``share_prefix`` each group's prompt is prefilled once.
+    ``params`` / ``key``: the sampler's weights and PRNG key (default: the
+    latest weights and the next split of the trainer's key).
+    """
+    if key is None:
+      self.rng, key = jax.random.split(self.rng)
+    sub = key
     bs2 = batch_sharding(self.mesh, self.sample_rules, 2)
     bs1 = batch_sharding(self.mesh, self.sample_rules, 1)
-    out = self._generate_fns[sampling](self.sample_params, host_to_global(ids, bs2),
-                                       host_to_global(lengths, bs1),
-                                       host_to_global(jax.random.key_data(sub), replicated(self.mesh)))
-    tokens, logp, out_len = to_host(out)
-    texts = []
-    for row, n in zip(tokens, out_len):
-      body = row[:n]
-      if n and body[-1] in self.sampler.stop_ids:
-        body = body[:-1]
-      texts.append(self.tokenizer.decode(body))
-    return ids, lengths, tokens, logp, out_len, texts
+    fn = self._generate_fns[sampling]
+    if grouped and sampling in self._group_generate_fns:
+      g = self.cfg.rollout.group_size
+      ids, lengths = ids[::g], lengths[::g]
+      fn = self._group_generate_fns[sampling]
+    with self.busy.busy():
+      out = fn(self.sample_params if params is None else params, host_to_global(ids, bs2),
+               host_to_global(lengths, bs1),
+               host_to_global(jax.random.key_data(sub), replicated(self.mesh)))
+      return to_host(out)
 
-  def _rollout_once(self, n_prompts: int):
-    """Samples ``n_prompts`` x group_size completions and grades them (host arrays)."""
-    g = self.cfg.rollout.group_size
+  def _answer_text(self, row: np.ndarray, n: int) -> str:
+    body = row[:n]
+    if n and body[-1] in self.sampler.stop_ids:
+      body = body[:-1]
+    return self.tokenizer.decode(body)
+
+  def _episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
+                params=None, key=None):
+    """Plays one episode per task to its end; returns host arrays, final grades and stats.
+
+    Turn 1 samples from every prompt; each later turn samples only for the
+    episodes still running, from their whole conversation so far (the exact
+    tokens sampled and observed, never re-tokenized), padded to the compiled
+    batch shape. An episode ends when its environment ends it or when its
+    next context would exceed ``rollout.max_prompt_len`` (then it ends
+    unsolved, with the reward it has).
+    """
+    ro = self.cfg.rollout
     timings = collections.defaultdict(float)
+    b = len(tasks)
     t = time.perf_counter()
-    tasks = self.task_stream.next_tasks(self.domain_sampler)
-    assert len(tasks) == n_prompts, (len(tasks), n_prompts)
-    prompts = self.pool.reset(tasks)
-    tasks_b = [task for task in tasks for _ in range(g)]
-    texts_b = [p.text for p in prompts for _ in range(g)]
+    episodes = self.pool.start(tasks)
     timings["time/reset"] += time.perf_counter() - t
+    ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer, ro.max_prompt_len,
+                                  [tk.domain for tk in tasks], bucket=PROMPT_BUCKET)
+    width = ids.shape[1] + ro.max_new_tokens
+    ctx = [list(ids[i, :lengths[i]]) for i in range(b)]
+    model = [[0.0] * len(c) for c in ctx]
+    logps = [[0.0] * len(c) for c in ctx]
+    final: list = [None] * b
+    last_len = np.zeros((b,), np.int32)
+    stopped = np.zeros((b,), bool)
+    generated = np.zeros((b,), np.int32)
+    overflow = np.zeros((b,), bool)
+    active = list(range(b))
+    turn = 0
+    while active:
+      turn += 1
+      if turn > 1:
+        # Later turns: the running episodes' contexts, padded with copies of
+        # the first to the compiled batch size.
+        rows = active + [active[0]] * (b - len(active))
+        ids, lengths = pad_contexts([ctx[i] for i in rows], ro.max_prompt_len,
+                                    self.tokenizer.pad_id, PROMPT_BUCKET)
+      t = time.perf_counter()
+      comp, lp, n_out = self._generate(ids, lengths, sampling, grouped and turn == 1, params,
+                                       None if key is None else jax.random.fold_in(key, turn))
+      timings["time/generate"] += time.perf_counter() - t
+      answers = [self._answer_text(comp[j], int(n_out[j])) for j in range(len(active))]
+      t = time.perf_counter()
+      steps = self.pool.step([episodes[i] for i in active], answers)
+      timings["time/environments"] += time.perf_counter() - t
+      still = []
+      for j, i in enumerate(active):
+        n = int(n_out[j])
+        ctx[i].extend(int(x) for x in comp[j, :n])
+        model[i].extend([1.0] * n)
+        logps[i].extend(float(x) for x in lp[j, :n])
+        last_len[i] = n
+        stopped[i] = n > 0 and comp[j, n - 1] in self.sampler.stop_ids
+        generated[i] += n
+        step = steps[j]
+        final[i] = step.graded
+        if step.done:
+          continue
+        obs = self.tokenizer.encode(step.observation)
+        if len(ctx[i]) + len(obs) > ro.max_prompt_len:
+          overflow[i] = True
+          continue
+        ctx[i].extend(obs)
+        model[i].extend([0.0] * len(obs))
+        logps[i].extend([0.0] * len(obs))
+        still.append(i)
+      self.pool.abandon([episodes[i] for i in active if i not in still])
+      active = still
+    while width < max(len(c) for c in ctx):
+      width += PROMPT_BUCKET
+    seq = build_episode_sequences(ctx, model, logps, width, self.tokenizer.pad_id)
+    stats = {"turns": [ep.turns for ep in episodes], "generated": generated,
+             "overflow": overflow, "last_len": last_len, "stopped": stopped}
+    return seq, final, stats, timings
 
-    t = time.perf_counter()
-    ids, lengths, comp, logp, comp_len, answers = self._generate(
-        texts_b, [tk.domain for tk in tasks_b], self.sampling)
-    timings["time/generate"] += time.perf_counter() - t
-
-    t = time.perf_counter()
-    graded = self.pool.grade(tasks_b, answers)
-    timings["time/environments"] += time.perf_counter() - t
-
-    seq = build_sequences(ids, lengths, comp, comp_len, logp, self.tokenizer.pad_id)
-    last = comp[np.arange(len(comp)), np.maximum(comp_len - 1, 0)]
+  def _rollout_once(self, n_prompts: int, params=None, key=None):
+    """Plays ``n_prompts`` x group_size episodes and grades them (host arrays)."""
+    g = self.cfg.rollout.group_size
+    with self._curriculum_lock:
+      tasks = self.task_stream.next_tasks(self.domain_sampler)
+    assert len(tasks) == n_prompts, (len(tasks), n_prompts)
+    tasks_b = [task for task in tasks for _ in range(g)]
+    seq, graded, stats, timings = self._episodes(tasks_b, self.sampling, grouped=True,
+                                                 params=params, key=key)
     records = [dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
-                    verdict=x.verdict, infra_error=x.infra_error, length=int(n))
-               for tk, x, n in zip(tasks_b, graded, comp_len)]
+                    verdict=x.verdict, infra_error=x.infra_error, length=int(n), turns=int(k))
+               for tk, x, n, k in zip(tasks_b, graded, stats["generated"], stats["turns"])]
     arrays = {
         "tokens": seq.tokens, "loss_mask": seq.loss_mask, "old_logp": seq.logp,
         "rewards": np.array([x.reward for x in graded], np.float32),
         "valid": np.array([not x.infra_error for x in graded], np.float32),
-        "lengths": comp_len.astype(np.int32),
-        "stopped": np.isin(last, self.sampler.stop_ids) & (comp_len > 0),
+        # The last turn's completion decides truncation (overlong shaping).
+        "lengths": stats["last_len"],
+        "stopped": stats["stopped"],
     }
+    timings["rollout/turns"] = float(np.mean(stats["turns"]))
+    timings["rollout/context_overflow"] = float(np.mean(stats["overflow"]))
     return arrays, records, timings
 
-  def rollout(self):
+  def rollout(self, params=None, key=None):
     """One batch of graded samples as host arrays, per-sample records and timings.
 
     With ``rl.dynamic_sampling`` groups whose rewards are all equal (no
     learning signal) are dropped and further rollouts refill the batch, up to
     ``rl.max_rollouts_per_step``; if still short, uninformative groups fill
-    the rest so the batch shape never changes.
+    the rest so the batch shape never changes. ``params`` / ``key`` as in
+    ``_generate`` (the asynchronous producer passes a version's weights).
     """
     cfg, ro = self.cfg, self.cfg.rollout
-    arrays, records, timings = self._rollout_once(ro.prompts_per_step)
+    keys = (lambda i: None) if key is None else (lambda i: jax.random.fold_in(key, i))
+    arrays, records, timings = self._rollout_once(ro.prompts_per_step, params, keys(0))
     if not cfg.rl.dynamic_sampling:
       return arrays, records, timings
     cands, recs = [arrays], [records]
@@ -253,7 +395,7 @@ class Trainer:
                                     a["valid"].reshape(-1, ro.group_size)).sum())
     have = informative(arrays)
     while have < ro.prompts_per_step and len(cands) < cfg.rl.max_rollouts_per_step:
-      more, more_rec, more_t = self._rollout_once(ro.prompts_per_step)
+      more, more_rec, more_t = self._rollout_once(ro.prompts_per_step, params, keys(len(cands)))
       cands.append(more)
       recs.append(more_rec)
       for k, v in more_t.items():
@@ -306,28 +448,67 @@ class Trainer:
         rl.whiten_advantages))
     return mask, adv, float(jnp.mean(seq_kl)), float(truncated.mean())
 
+  def _produce(self, wave: int, version: int):
+    """The asynchronous producer's work for one wave (runs on its thread)."""
+    with self._curriculum_lock:
+      for s in sorted(k for k in self._curriculum_log if k <= version):
+        self._applied_log[s] = self._curriculum_log.pop(s)
+        self.domain_sampler.update(self._applied_log[s])
+    key = jax.random.fold_in(self._wave_key, wave)
+    arrays, records, timings = self.rollout(params=self._snapshots[version], key=key)
+    with self._curriculum_lock:
+      state = {"tasks": self.task_stream.state_dict(),
+               "curriculum": self.domain_sampler.state_dict(), "curriculum_applied": version}
+    return arrays, records, timings, state
+
   def train_step(self) -> dict:
     """One full RL step (rollout, reference/value passes, updates). Returns its metrics."""
     cfg = self.cfg
     t_step = time.perf_counter()
-    arrays, records, timings = self.rollout()
+    window_start = self._window_start or t_step
+    if self.pipeline is None and cfg.rollout.staleness:
+      self._snapshots = {self.step: self.sample_params}
+      self.pipeline = AsyncRollout(self._produce, cfg.rollout.staleness, self.step + 1)
+    if self.pipeline is None:
+      arrays, records, timings = self.rollout()
+      version = self.step
+    else:
+      wave = self.pipeline.get(self.step + 1)
+      (arrays, records, timings, self._consumed_state), version = wave.item, wave.version
+      timings["async/wait"] = wave.wait_s
+      timings["async/ready_waves"] = float(wave.ready)
+    timings["async/staleness"] = float(self.step - version)
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     t = time.perf_counter()
     tokens = host_to_global(arrays["tokens"], bs2)
+    if self._recompute_logp:
+      # Behaviour log-probs from the policy itself; the sampler's (int8)
+      # log-probs only enter through the truncated importance weights.
+      sampler_logp = arrays["old_logp"]
+      with self.busy.busy():
+        arrays["old_logp"] = to_host(self._logprobs(self.policy_params(), tokens))
+      is_weight, is_metrics = truncated_is_weights(arrays["old_logp"], sampler_logp,
+                                                   arrays["loss_mask"], cfg.rl.tis_cap)
+      timings.update(is_metrics)
     ref = to_device(self.ref_params, self.ref_sh) if self.ref_on_host else self.ref_params
-    ref_logp = to_host(self._logprobs(ref, tokens))
-    del ref
-    values = None
-    if self.value_state is not None:
-      values = to_host(self._values(self.value_state.params, tokens))
+    with self.busy.busy():
+      ref_logp = to_host(self._logprobs(ref, tokens))
+      del ref
+      values = None
+      if self.value_state is not None:
+        values = to_host(self._values(self.value_state.params, tokens))
     timings["time/reference"] = time.perf_counter() - t
 
     mask, adv, seq_kl, truncated = self._advantages(
         arrays, jnp.asarray(ref_logp), None if values is None else jnp.asarray(values))
     kl_coef = self.kl_ctl.value
     self.kl_ctl.update(seq_kl, n_steps=cfg.rollout.batch_size)
-    batch = RLBatch(arrays["tokens"], np.asarray(mask), arrays["old_logp"], ref_logp,
-                    np.asarray(adv.adv_BxT))
+    adv_BxT = np.asarray(adv.adv_BxT)
+    if self._recompute_logp:
+      # A positive per-token weight on the advantage scales the clipped
+      # surrogate exactly as it would scale the loss.
+      adv_BxT = adv_BxT * is_weight
+    batch = RLBatch(arrays["tokens"], np.asarray(mask), arrays["old_logp"], ref_logp, adv_BxT)
     vbatch = None
     if values is not None:
       vbatch = ValueBatch(arrays["tokens"], np.asarray(mask), values,
@@ -351,30 +532,46 @@ class Trainer:
         # Each minibatch's loss is normalised by the whole batch's counts, so
         # one epoch's gradients add up to the full-batch objective.
         mini = host_to_global(RLBatch(*(x[idx] for x in batch)), self._batch_sh)
-        self.state, m = self._train_step(self.state, mini, g_counts, g_kl_coef)
-        if vbatch is not None:
-          vmini = host_to_global(ValueBatch(*(x[idx] for x in vbatch)), self._value_batch_sh)
-          self.value_state, vm = self._value_step(self.value_state, vmini, g_counts)
-          m = {**m, **vm}
-        for key, v in to_host(m).items():
+        with self.busy.busy():
+          self.state, m = self._train_step(self.state, mini, g_counts, g_kl_coef)
+          if vbatch is not None:
+            vmini = host_to_global(ValueBatch(*(x[idx] for x in vbatch)), self._value_batch_sh)
+            self.value_state, vm = self._value_step(self.value_state, vmini, g_counts)
+            m = {**m, **vm}
+          m = to_host(m)
+        for key, v in m.items():
           metric_sums[key] += float(v)
         n_updates += 1
-    # The sampler reads its own (sampling-layout) copy of the new weights.
-    self.sample_params = self._to_sample_layout(self.policy_params())
-    jax.block_until_ready(self.sample_params)
+    # The sampler reads its own (sampling-layout, maybe int8) copy of the new weights.
+    with self.busy.busy():
+      self._handoff()
     timings["time/update"] = time.perf_counter() - t
-    timings["time/step"] = time.perf_counter() - t_step
     self.step += 1
 
     valid = [r for r in records if not r["infra_error"]]
     by_domain = collections.defaultdict(list)
     for r in valid:
       by_domain[r["domain"]].append(r["success"])
-    self.domain_sampler.update(by_domain)
+    if self.pipeline is None:
+      self.domain_sampler.update(by_domain)
+    else:
+      # The producer applies it before drawing the first wave sampled with
+      # this step's weights (the same point a synchronous run would).
+      self._curriculum_log[self.step] = dict(by_domain)
+      self._snapshots[self.step] = self.sample_params
+      for v in [v for v in self._snapshots if v < self.step - cfg.rollout.staleness]:
+        del self._snapshots[v]
+      self.pipeline.publish(self.step)
+    end = time.perf_counter()
+    timings["time/step"] = end - t_step
+    timings["accelerator/idle_fraction"] = self.busy.idle_fraction(window_start, end)
+    self._window_start = end
+    timings.update(self.pool.stats())
 
     metrics = {f"train/{k}": v / n_updates for k, v in metric_sums.items()}
     metrics.update(timings)
-    metrics.update(domain_metrics(valid, self.domain_sampler, tokens_key="length"))
+    with self._curriculum_lock:
+      metrics.update(domain_metrics(valid, self.domain_sampler, tokens_key="length"))
     metrics["reward/mean"] = float(np.mean([r["reward"] for r in valid])) if valid else 0.0
     metrics["success/mean"] = float(np.mean([r["success"] for r in valid])) if valid else 0.0
     metrics["response_length/mean"] = float(np.mean([r["length"] for r in records]))
@@ -412,10 +609,7 @@ class Trainer:
       part = tasks[start:start + chunk]
       # Pad the last chunk with repeats so every call has the compiled shape.
       padded = part + [part[-1]] * (chunk - len(part))
-      prompts = self.pool.reset(padded)
-      *_, answers = self._generate([p.text for p in prompts], [t.domain for t in padded],
-                                   sampling)
-      graded = self.pool.grade(part, answers[:len(part)])
+      _, graded, _, _ = self._episodes(padded, sampling)
       for task, x in zip(part, graded):
         if not x.infra_error:
           successes[task.domain].append(float(x.success))
@@ -493,18 +687,38 @@ class Trainer:
 
     The minibatch order of a step is drawn from seed and step, so it has no
     state; the environments are reset every rollout, so neither do they.
+    With asynchronous rollout the producer runs ahead: the task iterator and
+    curriculum are saved as they were when the last trained wave was drawn,
+    with the curriculum updates it had not applied yet; waves in flight are
+    dropped and regenerated after a resume (then with the resumed weights).
     """
+    if self._consumed_state is not None:
+      with self._curriculum_lock:
+        applied = self._consumed_state["curriculum_applied"]
+        data = {"tasks": self._consumed_state["tasks"],
+                "curriculum": self._consumed_state["curriculum"],
+                "curriculum_log": {str(k): v for k, v in self._curriculum_log.items()}}
+        # Updates the producer has applied since that wave was drawn.
+        data["curriculum_log"].update(self._applied_log_since(applied))
+    else:
+      data = {"tasks": self.task_stream.state_dict(),
+              "curriculum": self.domain_sampler.state_dict()}
     return _jsonable({
         "step": self.step,
         "rng": {"impl": str(jax.random.key_impl(self.rng)),
                 "data": np.asarray(jax.random.key_data(self.rng)).tolist()},
-        "tasks": self.task_stream.state_dict(),
-        "curriculum": self.domain_sampler.state_dict(),
+        **data,
         "kl_controller": self.kl_ctl.state_dict(),
         "history": self.history,
         "reference": {"path": os.path.abspath(self.base_path),
                       "fingerprint": self.base_fingerprint},
     })
+
+  def _applied_log_since(self, version: int) -> dict:
+    """Curriculum updates of steps after ``version`` the producer applied already."""
+    for s in [s for s in self._applied_log if s <= version]:
+      del self._applied_log[s]
+    return {str(s): v for s, v in self._applied_log.items()}
 
   def save_checkpoint(self, eval_metrics: dict | None = None) -> float:
     """Saves the current step (asynchronously with checkpoint.async_save).
@@ -544,11 +758,12 @@ class Trainer:
                   "; ".join(changed[:20]))
     self.state = restored.arrays["policy"]
     self.value_state = restored.arrays["value"]
-    self.sample_params = self._to_sample_layout(self.policy_params())
+    self._handoff()
     self.rng = jax.random.wrap_key_data(np.asarray(t["rng"]["data"], np.uint32),
                                         impl=t["rng"]["impl"])
     self.task_stream.load_state_dict(t["tasks"])
     self.domain_sampler.load_state_dict(t["curriculum"])
+    self._curriculum_log = {int(k): v for k, v in t.get("curriculum_log", {}).items()}
     self.kl_ctl.load_state_dict(t["kl_controller"])
     self.history = {k: list(v) for k, v in t["history"].items()}
     self.step = restored.step
@@ -602,11 +817,44 @@ class Trainer:
     return {"base": base, "final": final, "table": table}
 
   def close(self):
+    if self.pipeline is not None:
+      self.pipeline.close()
     self.pool.close()
     if self.checkpointer is not None:
       self.checkpointer.close()
     if self.writer is not None:
       self.writer.close()
+
+
+def make_env_pool(cfg: TrainConfig):
+  """The run's environment pool, on this host's threads or on Ray actors (``env.backend``)."""
+  e, ro = cfg.env, cfg.rollout
+  kwargs = dict(max_attempts=ro.max_attempts, max_turns=ro.max_turns,
+                sandbox_workers=e.sandbox_workers,
+                priorities=dict(zip(cfg.domains.ids, e.priorities)) if e.priorities else None,
+                retries=e.retries, backoff_s=e.backoff_s, job_timeout_s=e.job_timeout_s,
+                aging_s=e.aging_s, latency_s=e.latency_s)
+  if e.backend == "ray":
+    from rlpt.rollout.ray_backend import RayEnvPool
+    return RayEnvPool(cfg.domains.ids, workers=e.workers, address=e.ray_address,
+                      actors=e.ray_actors, **kwargs)
+  return EnvPool(cfg.domains.ids, workers=e.workers, **kwargs)
+
+
+def truncated_is_weights(policy_logp: np.ndarray, sampler_logp: np.ndarray, mask: np.ndarray,
+                         cap: float) -> tuple[np.ndarray, dict]:
+  """Per-token min(pi_policy / pi_sampler, cap) on sampled tokens (1 elsewhere), and
+  metrics of the sampler's mismatch: k1 estimate of KL(sampler || policy) and
+  the fraction of tokens whose weight was capped."""
+  ratio = np.exp(policy_logp - sampler_logp)
+  on = mask > 0
+  weight = np.where(on, np.minimum(ratio, cap), 1.0).astype(np.float32)
+  n = max(int(on.sum()), 1)
+  return weight, {
+      "rollout/sampler_kl": float(((sampler_logp - policy_logp) * on).sum() / n),
+      "rollout/is_weight_mean": float((weight * on).sum() / n),
+      "rollout/is_capped_fraction": float(((ratio > cap) & on).sum() / n),
+  }
 
 
 def _jsonable(x):

@@ -15,7 +15,7 @@ import numpy as np
 
 from environments import registry, sandbox
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, Verdict, failed, passed
+from environments.verdicts import Grade, Task, Verdict, failed, malformed, passed
 
 TIMEOUT_S = 2.0
 _NAMES = ("alpha", "beta", "gamma", "delta", "omega", "notes", "data", "report", "log", "main")
@@ -35,48 +35,78 @@ def _workspace(rng: np.random.Generator, distractors: int, n_lines: int, wanted:
     return files
 
 
+# Instruction templates, and how many named files each task needs in the workspace.
+_INSTRUCTIONS = {
+    "create": ("create {a}.txt containing the word {word}", 0),
+    "rename": ("rename {a}.txt to {b}.txt", 1),
+    "delete": ("delete every .log file", 2),
+    "count": ("write the number of lines of {a}.txt into count.txt", 1),
+    "upper": ("write {a}.txt in upper case into out.txt", 1),
+    "sort": ("write the lines of {a}.txt sorted into sorted.txt", 1),
+    "grep": ("write the lines of {a}.txt containing {word} into hits.txt", 1),
+    "concat": ("concatenate {a}.txt then {b}.txt into all.txt", 2),
+    "copy": ("copy {a}.txt into a new directory {b}/", 1),
+    "mkdir": ("create the directory {a}/{b}/{word}", 0),
+}
+
+
 def _task(variant: str, rng: np.random.Generator, distractors: int, n_lines: int):
     """(files, instruction, demonstration, expected {path: content|None})."""
     a, b = (str(x) for x in rng.choice(_NAMES, size=2, replace=False))
     word = _WORDS[int(rng.integers(len(_WORDS)))]
+    instruction = _INSTRUCTIONS[variant][0].format(a=a, b=b, word=word)
     if variant == "create":
         files = _workspace(rng, distractors, n_lines, [])
-        return files, f"create {a}.txt containing the word {word}", f"echo {word} > {a}.txt", {f"{a}.txt": word}
+        return files, instruction, f"echo {word} > {a}.txt", {f"{a}.txt": word}
     if variant == "rename":
         files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
-        return files, f"rename {a}.txt to {b}.txt", f"mv {a}.txt {b}.txt", {f"{a}.txt": None, f"{b}.txt": files[f"{a}.txt"]}
+        return files, instruction, f"mv {a}.txt {b}.txt", {f"{a}.txt": None, f"{b}.txt": files[f"{a}.txt"]}
     if variant == "delete":
         files = _workspace(rng, distractors, n_lines, [f"{a}.log", f"{b}.log"])
-        return files, "delete every .log file", "rm -f *.log", {f"{a}.log": None, f"{b}.log": None}
+        return files, instruction, "rm -f *.log", {f"{a}.log": None, f"{b}.log": None}
     if variant == "count":
         files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
         n = files[f"{a}.txt"].count("\n")
-        return files, f"write the number of lines of {a}.txt into count.txt", f"wc -l < {a}.txt > count.txt", {"count.txt": str(n)}
+        return files, instruction, f"wc -l < {a}.txt > count.txt", {"count.txt": str(n)}
     if variant == "upper":
         files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
-        return files, f"write {a}.txt in upper case into out.txt", f"tr a-z A-Z < {a}.txt > out.txt", {"out.txt": files[f"{a}.txt"].upper()}
+        return files, instruction, f"tr a-z A-Z < {a}.txt > out.txt", {"out.txt": files[f"{a}.txt"].upper()}
     if variant == "sort":
         files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
         body = "".join(sorted(files[f"{a}.txt"].splitlines(keepends=True)))
-        return files, f"write the lines of {a}.txt sorted into sorted.txt", f"sort {a}.txt > sorted.txt", {"sorted.txt": body}
+        return files, instruction, f"sort {a}.txt > sorted.txt", {"sorted.txt": body}
     if variant == "grep":
         files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
         hits = "".join(line for line in files[f"{a}.txt"].splitlines(keepends=True) if word in line)
-        return files, f"write the lines of {a}.txt containing {word} into hits.txt", f"grep {word} {a}.txt > hits.txt", {"hits.txt": hits}
+        return files, instruction, f"grep {word} {a}.txt > hits.txt", {"hits.txt": hits}
     if variant == "concat":
         files = _workspace(rng, distractors, n_lines, [f"{a}.txt", f"{b}.txt"])
         both = files[f"{a}.txt"] + files[f"{b}.txt"]
-        return files, f"concatenate {a}.txt then {b}.txt into all.txt", f"cat {a}.txt {b}.txt > all.txt", {"all.txt": both}
+        return files, instruction, f"cat {a}.txt {b}.txt > all.txt", {"all.txt": both}
     if variant == "copy":
         files = _workspace(rng, distractors, n_lines, [f"{a}.txt"])
-        return files, f"copy {a}.txt into a new directory {b}/", f"mkdir {b} && cp {a}.txt {b}/", {f"{b}/{a}.txt": files[f"{a}.txt"]}
+        return files, instruction, f"mkdir {b} && cp {a}.txt {b}/", {f"{b}/{a}.txt": files[f"{a}.txt"]}
     if variant == "mkdir":
         files = _workspace(rng, distractors, n_lines, [])
-        return files, f"create the directory {a}/{b}/{word}", f"mkdir -p {a}/{b}/{word}", {f"{a}/{b}/{word}": "<dir>"}
+        return files, instruction, f"mkdir -p {a}/{b}/{word}", {f"{a}/{b}/{word}": "<dir>"}
     raise ValueError(f"unknown terminal variant {variant!r}")
 
 
-VARIANTS = ("create", "rename", "delete", "count", "upper", "sort", "grep", "concat", "copy", "mkdir")
+def max_prompt_chars(variant: str, distractors: int) -> int:
+    """Exact upper bound on the prompt length of a variant at a difficulty.
+
+    Every file name is a name from `_NAMES` plus a 4-character extension, so
+    the listing is at most (files x (longest name + 5)) characters; the
+    instruction is bounded by its template with the longest name and word.
+    """
+    template, n_wanted = _INSTRUCTIONS[variant]
+    name, word = max(_NAMES, key=len), max(_WORDS, key=len)
+    instruction = template.format(a=name, b=name, word=word)
+    listing = (n_wanted + distractors) * (len(name) + 5)
+    return len("files: \ntask: \n$ ") + listing + len(instruction)
+
+
+VARIANTS = tuple(_INSTRUCTIONS)
 
 
 def _check(snapshot: dict, files: dict[str, str], expected: dict[str, str | None]) -> str | None:
@@ -117,6 +147,9 @@ class ShellTaskDomain(Domain):
 
     def grade(self, task: Task, answer: str) -> Grade:
         files, expected = task.hidden
+        if "\x00" in answer:
+            # No exec argument can hold a NUL byte: the model's output is unrunnable, not the sandbox broken.
+            return malformed(f"a shell command cannot contain a NUL byte (at offset {answer.index(chr(0))})")
         result = sandbox.run(sandbox.ShellJob(script=answer, files=files, timeout_s=TIMEOUT_S))
         if result.status is sandbox.Status.SANDBOX_ERROR:
             return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure: {result.detail}")
@@ -137,7 +170,7 @@ def _register() -> None:
                 family="terminal",
                 difficulty=difficulty,
                 tags=("terminal", "shell", "sandbox", variant),
-                max_prompt_chars=256,
+                max_prompt_chars=max_prompt_chars(variant, size[0]),
                 max_answer_chars=128,
                 description=f"shell task '{variant}' graded on the final workspace",
             )

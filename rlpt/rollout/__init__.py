@@ -1,6 +1,8 @@
 """Host side of a rollout: environments and the token layout of a batch."""
 
-from rlpt.rollout.batch import SequenceBatch, build_sequences, encode_prompts
-from rlpt.rollout.envs import EnvPool, Graded, Prompt
+from rlpt.rollout.batch import (SequenceBatch, build_episode_sequences, build_sequences,
+                                encode_prompts, pad_contexts)
+from rlpt.rollout.envs import EnvPool, Episode, Graded, Prompt, Step
 
-__all__ = ["SequenceBatch", "build_sequences", "encode_prompts", "EnvPool", "Graded", "Prompt"]
+__all__ = ["SequenceBatch", "build_episode_sequences", "build_sequences", "encode_prompts",
+           "pad_contexts", "EnvPool", "Episode", "Graded", "Prompt", "Step"]

@@ -78,3 +78,46 @@ def build_sequences(prompts_BxP: np.ndarray, prompt_lengths_B: np.ndarray,
     if completion_logp_BxN is not None:
       logp[i, pl - 1:pl - 1 + cl] = completion_logp_BxN[i, :cl]
   return SequenceBatch(tokens, mask, logp)
+
+
+def pad_contexts(contexts: Sequence[Sequence[int]], max_len: int, pad_id: int,
+                 bucket: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """Right-padded [B, P] sampler input from token lists (BOS included) and lengths [B].
+
+  The token-level twin of `encode_prompts` for later turns of an episode:
+  the conversation so far is kept as the exact tokens sampled and observed,
+  never re-tokenized from text.
+  """
+  lengths = np.array([len(c) for c in contexts], np.int32)
+  if lengths.size and lengths.max() > max_len:
+    raise ValueError(f"context of {int(lengths.max())} tokens exceeds rollout.max_prompt_len={max_len}.")
+  width = bucket_length(int(lengths.max(initial=1)), max_len, bucket)
+  out = np.full((len(contexts), width), pad_id, np.int32)
+  for i, c in enumerate(contexts):
+    out[i, :len(c)] = c
+  return out, lengths
+
+
+def build_episode_sequences(tokens: Sequence[Sequence[int]], model_mask: Sequence[Sequence[float]],
+                            logp: Sequence[Sequence[float]], width: int,
+                            pad_id: int) -> SequenceBatch:
+  """Training sequences of whole episodes.
+
+  ``tokens[i]`` is episode i's conversation (BOS, prompt, then each turn's
+  sampled completion followed by the environment's observation tokens);
+  ``model_mask[i][t]`` is 1 where token t was sampled by the policy and
+  ``logp[i][t]`` its sampling log-prob. Only sampled tokens carry loss.
+  """
+  b = len(tokens)
+  out = np.full((b, width), pad_id, np.int32)
+  mask = np.zeros((b, width - 1), np.float32)
+  lp = np.zeros((b, width - 1), np.float32)
+  for i in range(b):
+    n = len(tokens[i])
+    if n > width:
+      raise ValueError(f"episode {i} has {n} tokens; the sequence buffer holds {width}.")
+    out[i, :n] = tokens[i]
+    # Target index t predicts token t + 1.
+    mask[i, :n - 1] = model_mask[i][1:]
+    lp[i, :n - 1] = logp[i][1:]
+  return SequenceBatch(out, mask, lp)

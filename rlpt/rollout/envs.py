@@ -2,9 +2,29 @@
 
 rlpt reaches environments only through ``gymnasium.make`` / ``reset`` /
 ``step``. A task is regenerated from (domain, seed, split) by ``reset``, so
-grading G completions of one prompt is G independent (reset, step) pairs that
-can run on any free environment instance in parallel; the sandboxed
-environments release the GIL while their worker runs the candidate.
+the G completions of one prompt are G independent episodes that run on any
+free environment instances in parallel; the sandboxed environments release
+the GIL while their worker runs the candidate.
+
+An `Episode` holds one environment instance from ``start`` (reset) until the
+environment ends it (terminated or truncated: a solved task, the attempt or
+turn budget spent, an infrastructure failure) or the caller abandons it (its
+context is full). Between turns the environment keeps its state, so
+multi-attempt repair and tool calls work exactly as a gymnasium user would
+drive them.
+
+Jobs run on a `JobScheduler`: domains tagged ``sandbox`` in the registry use
+the "sandbox" resource class, every other domain the "cheap" one, each with
+its own worker threads; a domain's priority (``priorities``) orders jobs
+within a class, ageing prevents starvation, and a hung job times out.
+
+Nothing is silently scored 0: a step that raises, times out or reports an
+infrastructure failure (``info["infra_error"]``, the sandbox's
+SANDBOX_ERROR) is retried with exponential backoff on a fresh environment,
+which is reset and replayed through the episode's earlier actions first
+(environments are deterministic in their seed and actions). When the retries
+are spent the step is returned with ``infra_error`` set and the trainer
+masks the sample.
 """
 
 from __future__ import annotations
@@ -12,12 +32,17 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import gymnasium
+import numpy as np
 
 from rlpt.data import Task
+from rlpt.rollout.scheduler import JobScheduler, JobTimeout
+
+SANDBOX, CHEAP = "sandbox", "cheap"
 
 
 class Prompt(NamedTuple):
@@ -34,22 +59,86 @@ class Graded(NamedTuple):
   info: dict
 
 
-class EnvPool:
-  """Per-domain pools of environment instances behind a thread pool."""
+class Episode:
+  """One environment instance held from reset until its episode ends."""
 
-  def __init__(self, domains: Sequence[str], workers: int = 4):
+  __slots__ = ("task", "prompt", "info", "env", "done", "reward", "turns", "actions")
+
+  def __init__(self, task: Task, env, prompt: str, info: dict):
+    self.task, self.env, self.prompt, self.info = task, env, prompt, info
+    self.done = False
+    self.reward = 0.0  # sum of the rewards of every step so far
+    self.turns = 0
+    self.actions: list[str] = []  # accepted actions, replayed after an infrastructure failure
+
+
+class Step(NamedTuple):
+  """One environment step of an episode.
+
+  observation: text to append to the conversation when the episode goes on
+  ("" when it ended). graded: the verdict of this step, with ``reward`` the
+  episode's total so far.
+  """
+
+  observation: str
+  done: bool
+  graded: Graded
+
+
+def _infra_failure(e: BaseException) -> Graded:
+  return Graded(0.0, False, "SANDBOX_ERROR", True, {"feedback": f"{type(e).__name__}: {e}"})
+
+
+class EnvPool:
+  """Per-domain pools of environment instances behind a job scheduler.
+
+  ``max_attempts`` > 1 gives every episode that many graded attempts (failed
+  ones return feedback); ``max_turns`` overrides the turn budget of
+  tool-using domains (0 keeps each domain's own). Both are passed to
+  ``gymnasium.make``. ``workers`` / ``sandbox_workers``: threads of the cheap
+  and sandbox resource classes. ``priorities``: {domain: priority} (default
+  0; higher runs first). ``retries``, ``backoff_s``: infrastructure-failure
+  retries and the first backoff (doubling). ``job_timeout_s``: a step
+  running longer is a hung worker. ``latency_s``: sleep added to every
+  sandbox-class step (benchmarks inject slow environments with it).
+  """
+
+  def __init__(self, domains: Sequence[str], workers: int = 4, max_attempts: int = 1,
+               max_turns: int = 0, *, sandbox_workers: int = 0,
+               priorities: Mapping[str, float] | None = None, retries: int = 2,
+               backoff_s: float = 0.05, job_timeout_s: float = 120.0, aging_s: float = 10.0,
+               latency_s: float = 0.0):
     import environments  # noqa: F401  (registers the domains with gymnasium)
+    from environments import registry
 
     registered = set(gymnasium.registry)
-    missing = [d for d in domains if d not in registered]
-    if missing:
-      from environments import registry
-      for d in missing:
+    for d in domains:
+      if d not in registered:
         registry.get(d)  # raises with close matches
+    unknown = sorted(set(priorities or {}) - set(domains))
+    if unknown:
+      raise ValueError(f"priorities name domains that are not in this pool: {unknown}")
+    if retries < 0 or backoff_s < 0 or latency_s < 0:
+      raise ValueError(f"retries, backoff_s and latency_s must be >= 0, got {retries}, "
+                       f"{backoff_s}, {latency_s}")
+    self._kwargs, self._resource = {}, {}
+    for d in domains:
+      spec = registry.get(d)
+      kw = {"max_attempts": max_attempts} if max_attempts != 1 else {}
+      if max_turns and spec.max_turns is not None:
+        kw["max_turns"] = max_turns
+      self._kwargs[d] = kw
+      self._resource[d] = SANDBOX if "sandbox" in spec.tags else CHEAP
+    self._priority = {d: float((priorities or {}).get(d, 0.0)) for d in domains}
+    self.retries, self.backoff_s, self.latency_s = retries, backoff_s, latency_s
     self._free: dict[str, collections.deque] = {d: collections.deque() for d in domains}
     self._lock = threading.Lock()
-    self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers,
-                                                           thread_name_prefix="rlpt-env")
+    self.scheduler = JobScheduler({CHEAP: workers, SANDBOX: sandbox_workers or workers},
+                                  aging_s=aging_s, timeout_s=job_timeout_s)
+    self._latency: dict[str, list[float]] = collections.defaultdict(list)
+    self._counts = collections.Counter()
+
+  # -- environment instances -------------------------------------------------
 
   def _acquire(self, domain: str):
     with self._lock:
@@ -57,11 +146,13 @@ class EnvPool:
         raise ValueError(f"Domain '{domain}' is not in this pool ({sorted(self._free)}).")
       if self._free[domain]:
         return self._free[domain].pop()
-    return gymnasium.make(domain, disable_env_checker=True)
+    return gymnasium.make(domain, disable_env_checker=True, **self._kwargs[domain])
 
   def _release(self, domain: str, env) -> None:
     with self._lock:
       self._free[domain].append(env)
+
+  # -- jobs ------------------------------------------------------------------
 
   def _reset(self, task: Task) -> Prompt:
     env = self._acquire(task.domain)
@@ -71,28 +162,162 @@ class EnvPool:
       self._release(task.domain, env)
     return Prompt(task, obs, info)
 
-  def _grade(self, task: Task, action: str) -> Graded:
+  def _start(self, task: Task) -> Episode:
     env = self._acquire(task.domain)
     try:
-      env.reset(seed=task.seed, options={"split": task.split})
-      _, reward, _, _, info = env.step(action)
-    except Exception as e:  # noqa: BLE001  An environment bug must not kill the run.
-      self._release(task.domain, env)
-      return Graded(0.0, False, "SANDBOX_ERROR", True, {"feedback": f"{type(e).__name__}: {e}"})
-    self._release(task.domain, env)
-    return Graded(float(reward), bool(info.get("success", reward >= 1.0)),
-                  str(info.get("verdict", "")), bool(info.get("infra_error", False)), info)
+      obs, info = env.reset(seed=task.seed, options={"split": task.split})
+    except BaseException:
+      env.close()
+      raise
+    return Episode(task, env, obs, info)
+
+  def _step_job(self, episode: Episode, action: str, replay: bool):
+    """Runs in a worker: (fresh env if ``replay``) then one step. Returns the raw
+    gymnasium result and the env it ran on; raises on environment errors."""
+    t = time.perf_counter()
+    env = episode.env
+    if replay:
+      env = gymnasium.make(episode.task.domain, disable_env_checker=True,
+                           **self._kwargs[episode.task.domain])
+      env.reset(seed=episode.task.seed, options={"split": episode.task.split})
+      for earlier in episode.actions:
+        env.step(earlier)
+    if self.latency_s and self._resource[episode.task.domain] == SANDBOX:
+      time.sleep(self.latency_s)
+    result = env.step(action)
+    return result, env, time.perf_counter() - t
+
+  def _submit_step(self, episode: Episode, action: str, attempt: int):
+    d = episode.task.domain
+    delay = self.backoff_s * (2 ** (attempt - 1)) if attempt else 0.0
+    return self.scheduler.submit(self._step_job, episode, action, attempt > 0,
+                                 resource=self._resource[d], priority=self._priority[d],
+                                 delay_s=delay)
+
+  def _finish(self, episode: Episode, action: str, result, env, seconds: float) -> Step:
+    obs, reward, terminated, truncated, info = result
+    if env is not episode.env:
+      if episode.env is not None:
+        episode.env.close()
+      episode.env = env
+    episode.actions.append(action)
+    episode.turns += 1
+    episode.reward += float(reward)
+    episode.done = bool(terminated or truncated)
+    with self._lock:
+      self._latency[episode.task.domain].append(seconds)
+    graded = Graded(episode.reward, bool(info.get("success", reward >= 1.0)),
+                    str(info.get("verdict", "")), bool(info.get("infra_error", False)), info)
+    if episode.done:
+      self._release(episode.task.domain, episode.env)
+      episode.env = None
+      obs = ""
+    return Step(obs, episode.done, graded)
+
+  def _fail(self, episode: Episode, graded: Graded) -> Step:
+    """Ends an episode on an infrastructure failure; its env is not reused."""
+    env, episode.env, episode.done = episode.env, None, True
+    if env is not None:
+      try:
+        env.close()
+      except Exception:  # noqa: BLE001  It is being discarded because it broke.
+        pass
+    with self._lock:
+      self._counts["masked"] += 1
+    return Step("", True, graded)
+
+  # -- public API ------------------------------------------------------------
+
+  def start(self, tasks: Sequence[Task]) -> list[Episode]:
+    """Resets one environment per task (concurrently) and holds it for the episode."""
+    futures = [self.scheduler.submit(self._start, t, resource=CHEAP,
+                                     priority=self._priority.get(t.domain, 0.0)) for t in tasks]
+    return [f.result() for f in futures]
+
+  def step(self, episodes: Sequence[Episode], actions: Sequence[str]) -> list[Step]:
+    """Steps every episode with its action, concurrently; ended episodes free their env.
+
+    Infrastructure failures are retried (fresh env, replay, backoff) up to
+    ``retries`` times, then returned masked (``graded.infra_error``).
+    """
+    if len(episodes) != len(actions):
+      raise ValueError(f"{len(episodes)} episodes but {len(actions)} actions.")
+    for ep in episodes:
+      if ep.done:
+        raise RuntimeError(f"episode of {ep.task} already ended")
+    out: list[Step | None] = [None] * len(episodes)
+    attempt = [0] * len(episodes)
+    pending = {self._submit_step(ep, a, 0): i for i, (ep, a) in enumerate(zip(episodes, actions))}
+    while pending:
+      done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+      for fut in done:
+        i = pending.pop(fut)
+        ep, action = episodes[i], actions[i]
+        infra, result = False, None
+        try:
+          result, env, seconds = fut.result()
+          infra = bool(result[4].get("infra_error", False))
+          failure = (_infra_failure(RuntimeError(result[4].get("feedback", "infra error")))
+                     if infra else None)
+        except JobTimeout as e:
+          # The hung instance may still be running: never touch it again.
+          ep.env, env, failure = None, None, _infra_failure(e)
+        except Exception as e:  # noqa: BLE001  An environment bug must not kill the run.
+          env, failure = None, _infra_failure(e)
+        if failure is None:
+          out[i] = self._finish(ep, action, result, env, seconds)
+          continue
+        if attempt[i] < self.retries:
+          attempt[i] += 1
+          with self._lock:
+            self._counts["retries"] += 1
+          if env is not None and env is not ep.env:
+            env.close()
+          pending[self._submit_step(ep, action, attempt[i])] = i
+          continue
+        if infra and env is not None:
+          # The environment itself reported the failure: keep its verdict and info.
+          if env is not ep.env and ep.env is not None:
+            ep.env.close()
+          ep.env = env
+          obs, reward, _, _, info = result
+          failure = Graded(ep.reward + float(reward), False, str(info.get("verdict", "")),
+                           True, info)
+        out[i] = self._fail(ep, failure)
+    return out  # type: ignore[return-value]
+
+  def abandon(self, episodes: Sequence[Episode]) -> None:
+    """Ends episodes the caller stops early; their environments return to the pool."""
+    for ep in episodes:
+      if not ep.done:
+        ep.done = True
+        self._release(ep.task.domain, ep.env)
+        ep.env = None
 
   def reset(self, tasks: Sequence[Task]) -> list[Prompt]:
-    return list(self._executor.map(self._reset, tasks))
+    """Prompts (observation and reset info) of ``tasks``, without holding environments."""
+    futures = [self.scheduler.submit(self._reset, t, resource=CHEAP) for t in tasks]
+    return [f.result() for f in futures]
 
-  def grade(self, tasks: Sequence[Task], actions: Sequence[str]) -> list[Graded]:
-    if len(tasks) != len(actions):
-      raise ValueError(f"{len(tasks)} tasks but {len(actions)} actions.")
-    return list(self._executor.map(self._grade, tasks, actions))
+  def stats(self) -> dict[str, float]:
+    """Metrics since the last call: per-domain step latency p50/p99 (seconds),
+    retries, masked steps, hung-job timeouts and the deepest job queue."""
+    with self._lock:
+      latency, self._latency = self._latency, collections.defaultdict(list)
+      counts, self._counts = self._counts, collections.Counter()
+    out = {}
+    for d, xs in sorted(latency.items()):
+      out[f"env_latency_p50/{d}"] = float(np.percentile(xs, 50))
+      out[f"env_latency_p99/{d}"] = float(np.percentile(xs, 99))
+    sched = self.scheduler.reset_stats()
+    out["env/retries"] = float(counts["retries"])
+    out["env/masked"] = float(counts["masked"])
+    out["env/timeouts"] = float(sched["timeouts"])
+    out["env/queue_depth_max"] = float(sched["max_depth"])
+    return out
 
   def close(self) -> None:
-    self._executor.shutdown(wait=True)
+    self.scheduler.close()
     with self._lock:
       for envs in self._free.values():
         while envs:

@@ -28,7 +28,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
                    "rlpt/strings-sort-easy-v0"]
   c.checkpoint.update(every=EVERY, keep=2)
   c.eval.update(every=6, tasks_per_domain=2)
-  c.rollout.env_workers = 1
+  c.env.workers = 1
   c.rl.update(entropy_coef=0.05, kl_controller="adaptive", kl_target=0.01, kl_horizon=100,
               dynamic_sampling=True, max_rollouts_per_step=2)
   c.curriculum.strategy = "success_band"

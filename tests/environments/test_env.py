@@ -129,6 +129,21 @@ def test_bad_action_payloads_are_malformed_not_crashes():
         env.step(12)
 
 
+# One domain of every family: a NUL byte (a byte-level model emits them) is the
+# model's fault, never an infrastructure failure that would mask the sample.
+ONE_PER_FAMILY = [registry.list_domains(family=f, difficulty="easy")[0].id for f in registry.families()]
+
+
+@pytest.mark.parametrize("domain_id", ONE_PER_FAMILY)
+def test_nul_bytes_get_a_verdict_not_a_sandbox_error(domain_id):
+    env = _make(domain_id)
+    for action in ["\x00", "ab\x00cd", "x\x00" * 50]:
+        env.reset(seed=1)
+        _, reward, terminated, truncated, step_info = env.step(action)
+        assert reward == 0.0 and not step_info["infra_error"], (domain_id, step_info)
+        assert step_info["verdict"] != "SANDBOX_ERROR"
+
+
 def test_multi_turn_retry_then_success():
     env = _make("rlpt/math-add-easy-v0", max_attempts=3)
     prompt, info = env.reset(seed=4)

@@ -36,7 +36,7 @@ from rlpt.trainer import Trainer  # noqa: E402
 cd = grpo_default.get_config("smoke")
 cd.base.checkpoint = checkpoint
 cd.progress = False
-cd.rollout.env_workers = 1
+cd.env.workers = 1
 cd.domains.ids = ["rlpt/math-add-easy-v0", "rlpt/strings-reverse-easy-v0"]
 cd.mesh.update(data=2, fsdp=2)
 cfg = from_config_dict(TrainConfig, cd)
