@@ -351,11 +351,15 @@ class Trainer:
              "overflow": overflow, "last_len": last_len, "stopped": stopped}
     return seq, final, stats, timings
 
-  def _rollout_once(self, n_prompts: int, params=None, key=None):
-    """Plays ``n_prompts`` x group_size episodes and grades them (host arrays)."""
+  def _rollout_once(self, n_prompts: int, params=None, key=None, tasks=None):
+    """Plays ``n_prompts`` x group_size episodes and grades them (host arrays).
+
+    ``tasks``: the prompts' tasks if already drawn (else the next of the stream).
+    """
     g = self.cfg.rollout.group_size
-    with self._curriculum_lock:
-      tasks = self.task_stream.next_tasks(self.domain_sampler)
+    if tasks is None:
+      with self._curriculum_lock:
+        tasks = self.task_stream.next_tasks(self.domain_sampler)
     assert len(tasks) == n_prompts, (len(tasks), n_prompts)
     tasks_b = [task for task in tasks for _ in range(g)]
     seq, graded, stats, timings = self._episodes(tasks_b, self.sampling, grouped=True,
@@ -448,18 +452,32 @@ class Trainer:
         rl.whiten_advantages))
     return mask, adv, float(jnp.mean(seq_kl)), float(truncated.mean())
 
-  def _produce(self, wave: int, version: int):
-    """The asynchronous producer's work for one wave (runs on its thread)."""
+  def _prepare_wave(self, wave: int, version: int):
+    """Asynchronous producer, in wave order: curriculum updates up to ``version``,
+    then the wave's tasks (all of its rollout under dynamic sampling, whose
+    later draws depend on earlier results)."""
     with self._curriculum_lock:
       for s in sorted(k for k in self._curriculum_log if k <= version):
         self._applied_log[s] = self._curriculum_log.pop(s)
         self.domain_sampler.update(self._applied_log[s])
-    key = jax.random.fold_in(self._wave_key, wave)
-    arrays, records, timings = self.rollout(params=self._snapshots[version], key=key)
-    with self._curriculum_lock:
+      key = jax.random.fold_in(self._wave_key, wave)
+      if self.cfg.rl.dynamic_sampling:
+        done = self.rollout(params=self._snapshots[version], key=key)
+        tasks = None
+      else:
+        done = None
+        tasks = self.task_stream.next_tasks(self.domain_sampler)
       state = {"tasks": self.task_stream.state_dict(),
                "curriculum": self.domain_sampler.state_dict(), "curriculum_applied": version}
-    return arrays, records, timings, state
+    return done, tasks, key, state
+
+  def _execute_wave(self, wave: int, version: int, prepared):
+    """Asynchronous producer, concurrently with other waves: generate and grade."""
+    done, tasks, key, state = prepared
+    if done is None:
+      done = self._rollout_once(self.cfg.rollout.prompts_per_step, self._snapshots[version],
+                                jax.random.fold_in(key, 0), tasks=tasks)
+    return (*done, state)
 
   def train_step(self) -> dict:
     """One full RL step (rollout, reference/value passes, updates). Returns its metrics."""
@@ -468,7 +486,8 @@ class Trainer:
     window_start = self._window_start or t_step
     if self.pipeline is None and cfg.rollout.staleness:
       self._snapshots = {self.step: self.sample_params}
-      self.pipeline = AsyncRollout(self._produce, cfg.rollout.staleness, self.step + 1)
+      self.pipeline = AsyncRollout(self._prepare_wave, self._execute_wave, cfg.rollout.staleness,
+                                   self.step + 1)
     if self.pipeline is None:
       arrays, records, timings = self.rollout()
       version = self.step

@@ -72,48 +72,66 @@ class Wave(NamedTuple):
 
 
 class AsyncRollout:
-  """Producer thread running ``produce(wave, version)`` up to ``staleness`` waves ahead.
+  """Producer threads building waves up to ``staleness`` ahead of the consumer.
+
+  Each wave is made in two parts: ``prepare(wave, version)`` runs strictly in
+  wave order (it draws the wave's tasks, so the task stream and curriculum
+  advance exactly as in a synchronous run), then ``execute(wave, version,
+  prepared)`` (generation and grading) runs concurrently with other waves'.
+  ``staleness`` threads keep up to that many waves in flight, so one wave's
+  environments overlap another's generation and the consumer's update.
 
   first_wave: the first wave to produce (the step after the one resumed at);
   its version, and the starting ``latest`` version, is ``first_wave - 1``.
   """
 
-  def __init__(self, produce: Callable[[int, int], Any], staleness: int, first_wave: int = 1):
+  def __init__(self, prepare: Callable[[int, int], Any], execute: Callable[[int, int, Any], Any],
+               staleness: int, first_wave: int = 1):
     if staleness < 1:
       raise ValueError(f"AsyncRollout needs staleness >= 1, got {staleness} (0 is synchronous).")
-    self._produce = produce
+    self._prepare, self._execute = prepare, execute
     self.staleness = staleness
     self._v0 = first_wave - 1
     self._latest = self._v0
-    self._next = first_wave
+    self._next = first_wave        # next wave to claim
+    self._prepared = first_wave - 1  # last wave whose prepare() ran
     self._ready: dict[int, tuple[Any, int]] = {}
-    self._error: BaseException | None = None
+    self._error: tuple[int, BaseException] | None = None
     self._stop = False
     self._cv = threading.Condition()
-    self._thread = threading.Thread(target=self._run, name="rlpt-rollout", daemon=True)
-    self._thread.start()
+    self._threads = [threading.Thread(target=self._run, name=f"rlpt-rollout-{i}", daemon=True)
+                     for i in range(staleness)]
+    for t in self._threads:
+      t.start()
 
   def version_for(self, wave: int) -> int:
     return max(self._v0, wave - 1 - self.staleness)
 
   def _run(self) -> None:
+    wave = None
     try:
       while True:
-        wave = self._next
-        version = self.version_for(wave)
         with self._cv:
-          while not self._stop and self._latest < version:
+          wave = self._next
+          self._next += 1
+          version = self.version_for(wave)
+          while not self._stop and (self._latest < version or self._prepared != wave - 1):
             self._cv.wait()
           if self._stop:
             return
-        item = self._produce(wave, version)
+        try:
+          prepared = self._prepare(wave, version)
+        finally:
+          with self._cv:
+            self._prepared = wave
+            self._cv.notify_all()
+        item = self._execute(wave, version, prepared)
         with self._cv:
           self._ready[wave] = (item, version)
-          self._next = wave + 1
           self._cv.notify_all()
     except BaseException as e:  # noqa: BLE001  Re-raised in the consumer.
       with self._cv:
-        self._error = e
+        self._error = (wave, e)
         self._cv.notify_all()
 
   def get(self, wave: int) -> Wave:
@@ -122,7 +140,8 @@ class AsyncRollout:
     with self._cv:
       while wave not in self._ready:
         if self._error is not None:
-          raise RuntimeError(f"the rollout producer failed on wave {self._next}") from self._error
+          raise RuntimeError(f"the rollout producer failed on wave {self._error[0]}") \
+              from self._error[1]
         if self._stop:
           raise RuntimeError("AsyncRollout is closed")
         self._cv.wait()
@@ -131,7 +150,7 @@ class AsyncRollout:
     return Wave(item, version, time.perf_counter() - t, depth)
 
   def publish(self, version: int) -> None:
-    """The trainer has made policy ``version`` available to the producer."""
+    """The trainer has made policy ``version`` available to the producers."""
     with self._cv:
       self._latest = max(self._latest, version)
       self._cv.notify_all()
@@ -140,4 +159,5 @@ class AsyncRollout:
     with self._cv:
       self._stop = True
       self._cv.notify_all()
-    self._thread.join(timeout=600)
+    for t in self._threads:
+      t.join(timeout=600)
