@@ -335,6 +335,60 @@ class RolloutConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SpeculativeConfig:
+  """Speculative decoding of rollouts with a draft distilled from the policy.
+
+  gamma: draft tokens per verification; 0 turns speculative decoding off.
+    Samples follow the policy's distribution exactly and their log-probs are
+    the policy's, so RL is unchanged; only speed differs.
+  adaptive: re-choose gamma (1..max_gamma) between generate calls from the
+    measured acceptance rate, for a draft step costing ``draft_cost`` target
+    steps and ``verify_cost`` per extra verified token (see
+    rlpt.sampling.speculative.AdaptiveGamma).
+  draft_*: the draft's shape; it shares the policy's vocabulary, norms and RoPE.
+  warmup_steps: distillation updates (forward KL) on the policy's own samples
+    before the first RL step; then ``distill_steps`` updates on every
+    ``distill_every``-th trained batch keep the draft close to the changing
+    policy. draft_lr: the distillation optimizer's learning rate.
+  """
+
+  gamma: int = 0
+  adaptive: bool = False
+  max_gamma: int = 8
+  draft_cost: float = 0.1
+  verify_cost: float = 0.0
+  draft_layers: int = 1
+  draft_d_model: int = 64
+  draft_heads: int = 2
+  draft_kv_heads: int = 1
+  draft_head_dim: int = 32
+  draft_mlp_dim: int = 192
+  draft_lr: float = 3e-3
+  warmup_steps: int = 40
+  distill_every: int = 1
+  distill_steps: int = 1
+
+  def __post_init__(self):
+    _require(self.gamma >= 0, f"speculative.gamma must be >= 0 (0 = off), got {self.gamma}.")
+    _require(self.max_gamma >= max(self.gamma, 1),
+             f"speculative.max_gamma ({self.max_gamma}) must be >= max(gamma, 1).")
+    _require(min(self.draft_layers, self.draft_d_model, self.draft_heads, self.draft_kv_heads,
+                 self.draft_head_dim, self.draft_mlp_dim) > 0,
+             "speculative.draft_* sizes must all be > 0.")
+    _require(self.draft_heads % self.draft_kv_heads == 0,
+             f"speculative.draft_heads ({self.draft_heads}) must be a multiple of "
+             f"draft_kv_heads ({self.draft_kv_heads}).")
+    _require(self.warmup_steps >= 0 and self.distill_every >= 1 and self.distill_steps >= 1,
+             "speculative.warmup_steps must be >= 0, distill_every and distill_steps >= 1.")
+    _require(self.draft_lr > 0, f"speculative.draft_lr must be > 0, got {self.draft_lr}.")
+
+  def draft_config(self, policy: ModelConfig) -> ModelConfig:
+    return dataclasses.replace(policy, d_model=self.draft_d_model, num_layers=self.draft_layers,
+                               num_heads=self.draft_heads, num_kv_heads=self.draft_kv_heads,
+                               head_dim=self.draft_head_dim, mlp_dim=self.draft_mlp_dim)
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvConfig:
   """How environment jobs run (rlpt.rollout.envs, rlpt.rollout.scheduler).
 
@@ -558,6 +612,7 @@ class TrainConfig:
   base: BaseModelConfig = BaseModelConfig()
   domains: DomainsConfig = DomainsConfig(ids=("rlpt/math-add-easy-v0",))
   rollout: RolloutConfig = RolloutConfig()
+  speculative: SpeculativeConfig = SpeculativeConfig()
   env: EnvConfig = EnvConfig()
   rl: RLConfig = RLConfig()
   value: ValueConfig = ValueConfig()

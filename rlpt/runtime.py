@@ -206,3 +206,22 @@ def jit_sampler(sampler, sampling, param_shardings, mesh: Mesh, rules: Rules) ->
       in_shardings=(param_shardings, bs2, bs1, replicated(mesh)),
       out_shardings=SampleOutput(bs2, bs2, bs1),
   )
+
+
+def jit_spec_sampler(sampler, sampling, param_shardings, draft_shardings, mesh: Mesh,
+                     rules: Rules) -> Callable:
+  """``generate(params, draft_params, prompts_BxP, lengths_B, key_data) ->
+  (SampleOutput, SpecStats)`` for a ``SpeculativeSampler``, jitted like ``jit_sampler``."""
+  from rlpt.sampling.sampler import SampleOutput
+  from rlpt.sampling.speculative import SpecStats
+  bs1, bs2, rep = batch_sharding(mesh, rules, 1), batch_sharding(mesh, rules, 2), replicated(mesh)
+
+  def generate(params, draft_params, prompts_BxP, lengths_B, rng_data):
+    return sampler.generate(params, draft_params, prompts_BxP, lengths_B,
+                            jax.random.wrap_key_data(rng_data), sampling)
+
+  return jax.jit(
+      with_rules(generate, mesh, rules),
+      in_shardings=(param_shardings, draft_shardings, bs2, bs1, rep),
+      out_shardings=(SampleOutput(bs2, bs2, bs1), SpecStats(rep, rep, rep)),
+  )

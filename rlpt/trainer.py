@@ -36,7 +36,7 @@ from flax import nnx
 from rlpt.checkpoint import RunCheckpointer, abstract_like, model_fingerprint, save_model
 from rlpt.config import TrainConfig, to_json
 from rlpt.curriculum import domain_metrics
-from rlpt.data import TaskStream, eval_tasks
+from rlpt.data import TaskSampler, TaskStream, eval_tasks
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
 from rlpt.models import ValueModel
 from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
@@ -44,13 +44,15 @@ from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_with_signal,
                      kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B)
-from rlpt.rollout import EnvPool, build_episode_sequences, encode_prompts, pad_contexts
+from rlpt.rollout import (EnvPool, build_episode_sequences, build_sequences, encode_prompts,
+                          pad_contexts)
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
 from rlpt.runtime import (batch_sharding, check_batch, host_to_global, is_primary, jit_sampler,
                           jit_step, make_reshard, place_params, place_train_state, replicated,
                           to_device, to_host)
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sampling.cached import FastSampler, FlatLayout
+from rlpt.sampling.drafted import DraftedSampling
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import QuantizedState, quantize_params
 from rlpt.sharding import make_mesh, state_shardings
@@ -201,13 +203,14 @@ class Trainer:
     self._quantize = None
     self._group_generate_fns = {}
     modes = {self.sampling, self.eval_sampling}
-    if not ro.fast_sampler:
+    self._spec = None
+    if not (ro.fast_sampler or cfg.speculative.gamma):
       self.sampler = Sampler(self.graphdef, self.model_cfg, *args)
     else:
       try:
         self.sampler = FastSampler(self.graphdef, self.model_cfg, *args, FlatLayout(ro.kv_int8))
       except ValueError as e:
-        raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix: {e}") from e
+        raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
       if ro.weights_int8:
         rep = replicated(self.mesh)
         param_sh = QuantizedState(sample_sh, jax.tree.map(lambda _: rep, sample_sh))
@@ -223,6 +226,13 @@ class Trainer:
                                        self.sample_rules)}
     self._generate_fns = {sp: jit_sampler(self.sampler, sp, param_sh, self.mesh, self.sample_rules)
                           for sp in modes}
+    if cfg.speculative.gamma:
+      layouts = {False: FlatLayout(ro.kv_int8)}
+      if self._group_generate_fns:
+        layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
+      self._spec = DraftedSampling(cfg.speculative, self.graphdef, self.model_cfg, args, layouts,
+                                   param_sh, self.mesh, self.sample_rules, cfg.seed + 29,
+                                   cfg.steps)
 
   def _handoff(self):
     """Gives the sampler the current policy: resharded to the sampling layout,
@@ -259,10 +269,13 @@ class Trainer:
     bs2 = batch_sharding(self.mesh, self.sample_rules, 2)
     bs1 = batch_sharding(self.mesh, self.sample_rules, 1)
     fn = self._generate_fns[sampling]
-    if grouped and sampling in self._group_generate_fns:
+    grouped = grouped and sampling in self._group_generate_fns
+    if grouped:
       g = self.cfg.rollout.group_size
       ids, lengths = ids[::g], lengths[::g]
       fn = self._group_generate_fns[sampling]
+    if self._spec is not None and self._spec.warm:
+      fn = functools.partial(self._spec.generate, sampling=sampling, grouped=grouped)
     with self.busy.busy():
       out = fn(self.sample_params if params is None else params, host_to_global(ids, bs2),
                host_to_global(lengths, bs1),
@@ -452,6 +465,27 @@ class Trainer:
         rl.whiten_advantages))
     return mask, adv, float(jnp.mean(seq_kl)), float(truncated.mean())
 
+  def _warm_draft(self):
+    """Distils the speculative draft on the policy's own samples before RL starts:
+    ``speculative.warmup_steps`` updates, fresh samples every 10 (tasks from a
+    stream of their own, so the run's task stream is untouched)."""
+    spec, ro = self.cfg.speculative, self.cfg.rollout
+    tasks = TaskSampler(self.cfg.domains.ids, seed=self.cfg.seed + 31)
+    key = jax.random.key(self.cfg.seed + 31)
+    t = time.perf_counter()
+    metrics = {}
+    for i in range(spec.warmup_steps):
+      if i % 10 == 0:
+        prompts = self.pool.reset(tasks.sample(ro.batch_size))
+        ids, lengths = encode_prompts([p.text for p in prompts], self.tokenizer, ro.max_prompt_len,
+                                      bucket=PROMPT_BUCKET)
+        comp, logp, n = self._generate(ids, lengths, self.sampling, key=jax.random.fold_in(key, i))
+        seq = build_sequences(ids, lengths, comp, n, logp, self.tokenizer.pad_id)
+      metrics = self._spec.distill(self.policy_params(), seq.tokens, seq.loss_mask)
+    self._spec.warm = True
+    log.info("Draft distilled in %.1fs (%d updates): %s", time.perf_counter() - t,
+             spec.warmup_steps, {k: round(v, 4) for k, v in metrics.items()})
+
   def _prepare_wave(self, wave: int, version: int):
     """Asynchronous producer, in wave order: curriculum updates up to ``version``,
     then the wave's tasks (all of its rollout under dynamic sampling, whose
@@ -482,6 +516,8 @@ class Trainer:
   def train_step(self) -> dict:
     """One full RL step (rollout, reference/value passes, updates). Returns its metrics."""
     cfg = self.cfg
+    if self._spec is not None and not self._spec.warm:
+      self._warm_draft()
     t_step = time.perf_counter()
     window_start = self._window_start or t_step
     if self.pipeline is None and cfg.rollout.staleness:
@@ -586,6 +622,10 @@ class Trainer:
     timings["accelerator/idle_fraction"] = self.busy.idle_fraction(window_start, end)
     self._window_start = end
     timings.update(self.pool.stats())
+    if self._spec is not None:
+      timings.update(self._spec.metrics())
+      timings.update(self._spec.refresh(self.step, self.policy_params(), arrays["tokens"],
+                                        arrays["loss_mask"]))
 
     metrics = {f"train/{k}": v / n_updates for k, v in metric_sums.items()}
     metrics.update(timings)

@@ -84,7 +84,7 @@ def test_int8_weights_and_kv_earn_the_same_reward_on_the_default_domains(plain, 
   try:
     int8 = q.evaluate()
     # The base is good enough for the comparison to mean something.
-    assert fp32["success/mean"] > 0.2, fp32
+    assert fp32["success/mean"] > 0.1, fp32
     assert abs(int8["success/mean"] - fp32["success/mean"]) <= REWARD_TOL, (fp32, int8)
     for d in domains.DEFAULT:
       assert abs(int8[f"success/{d}"] - fp32[f"success/{d}"]) <= 0.15, (d, fp32, int8)
