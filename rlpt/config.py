@@ -271,8 +271,20 @@ class BaseModelConfig:
   experiment: str = "pretrain_base"
   arg: str = ""
   cache_dir: str = ".cache/rlpt/bases"
+  # How the run applies the base's attention (long contexts), without
+  # changing its weights: "" keeps the base's own; else one of the model's
+  # attention implementations (blockwise, sparse, ring; see
+  # rlpt.attention.dispatch). attention_block_size 0 keeps the base's.
+  attention_impl: str = ""
+  attention_block_size: int = 0
 
   def __post_init__(self):
+    from rlpt.models.config import ATTENTION_IMPLS
+    _require(not self.attention_impl or self.attention_impl in ATTENTION_IMPLS,
+             f"base.attention_impl must be '' (keep the base's) or one of {ATTENTION_IMPLS}, "
+             f"got '{self.attention_impl}'.")
+    _require(self.attention_block_size >= 0,
+             f"base.attention_block_size must be >= 0 (0 = keep), got {self.attention_block_size}.")
     _require(not (self.checkpoint and self.hf_checkpoint),
              f"set base.checkpoint ('{self.checkpoint}') or base.hf_checkpoint "
              f"('{self.hf_checkpoint}'), not both.")

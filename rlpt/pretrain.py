@@ -7,6 +7,7 @@ is the situation RL post-training is for.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -159,7 +160,7 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
   if base_cfg.hf_checkpoint:
     from rlpt.models.hf import load_hf_checkpoint
     model_cfg, graphdef, params = load_hf_checkpoint(base_cfg.hf_checkpoint, mesh, rules)
-    return model_cfg, graphdef, params, base_cfg.hf_checkpoint
+    return (*_with_attention(base_cfg, model_cfg, graphdef), params, base_cfg.hf_checkpoint)
   if base_cfg.checkpoint:
     path = base_cfg.checkpoint
   else:
@@ -185,7 +186,25 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
   local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   model_cfg, graphdef, params, _ = load_model(
       path, shardings=lambda abstract: jax.tree.map(lambda _: local, abstract))
-  return model_cfg, graphdef, params, path
+  return (*_with_attention(base_cfg, model_cfg, graphdef), params, path)
+
+
+def _with_attention(base_cfg, model_cfg, graphdef):
+  """The base's (config, graphdef) with the run's attention overrides applied.
+
+  The attention implementation and block size change how the same weights
+  are applied (long contexts: blockwise, sparse or ring), never the weights.
+  """
+  over = {}
+  if base_cfg.attention_impl:
+    over["attention_impl"] = base_cfg.attention_impl
+  if base_cfg.attention_block_size:
+    over["attention_block_size"] = base_cfg.attention_block_size
+  if not over:
+    return model_cfg, graphdef
+  model_cfg = dataclasses.replace(model_cfg, **over)
+  graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(model_cfg, nnx.Rngs(0))))
+  return model_cfg, graphdef
 
 
 def resolve_tokenizer(base_cfg):

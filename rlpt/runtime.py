@@ -167,7 +167,9 @@ def with_rules(fn: Callable, mesh: Mesh, rules: Rules | None) -> Callable:
 
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    with use_rules(mesh, rules):
+    # The abstract mesh lets mesh-aware kernels (ring attention, sharded
+    # decode) find the `sequence` axis while tracing.
+    with use_rules(mesh, rules), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
       return fn(*args, **kwargs)
 
   return wrapped

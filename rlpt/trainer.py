@@ -49,7 +49,7 @@ from rlpt.rollout import (EnvPool, build_episode_sequences, build_sequences, enc
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
 from rlpt.runtime import (batch_sharding, check_batch, host_to_global, is_primary, jit_sampler,
                           jit_step, make_reshard, place_params, place_train_state, replicated,
-                          to_device, to_host)
+                          to_device, to_host, with_rules)
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sampling.cached import FastSampler, FlatLayout
 from rlpt.sampling.drafted import DraftedSampling
@@ -133,7 +133,8 @@ class Trainer:
                            loss_cfg=loss_cfg, sampling=self.sampling, lora_cfg=self.lora_cfg)
       self._train_step = lambda state, *rest: lora_step(state, self.ref_params, *rest)
     self._logprobs = jax.jit(
-        functools.partial(sequence_logprobs, self.graphdef, sampling=self.sampling),
+        with_rules(functools.partial(sequence_logprobs, self.graphdef, sampling=self.sampling),
+                   self.mesh, self.rules),
         in_shardings=(self.ref_sh, bs2), out_shardings=bs2)
     self.kl_ctl = make_kl_controller(
         cfg.rl.kl_controller, cfg.rl.kl_beta,
@@ -152,7 +153,8 @@ class Trainer:
                                   (self._value_batch_sh, self._counts_sh), self.mesh,
                                   rules=self.rules, graphdef=vgraph, optimizer=self.value_optimizer,
                                   value_cfg=cfg.value_loss_config())
-      self._values = jax.jit(functools.partial(sequence_values, vgraph),
+      self._values = jax.jit(with_rules(functools.partial(sequence_values, vgraph), self.mesh,
+                                        self.rules),
                              in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
     self._recompute_logp = (cfg.rl.recompute_old_logp or cfg.rollout.weights_int8

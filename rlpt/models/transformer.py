@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlpt.attention import attention, attention_mask, rope_frequencies
+from rlpt.attention.decode import sharded_decode_attention
 from rlpt.attention.rope import apply_rope_with_frequencies
 from rlpt.models.config import ModelConfig
 from rlpt.sharding import constrain
@@ -129,6 +130,35 @@ class Attention(nnx.Module):
     freq_H2 = rope_frequencies(x_BxTxNxH.shape[-1], self.rope_theta, self.rope_scaling)
     return apply_rope(x_BxTxNxH, positions_BxT, self.rope_theta, freq_H2)
 
+  def _kernel_cached(self, q, k, v, positions_BxT, cache_kv, write_index_B, window):
+    """Cached attention without a mask (long-context sampling; see __call__)."""
+    cfg = self.cfg
+    ck, cv = cache_kv
+    write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
+    ck = write(ck, k.astype(ck.dtype), write_index_B)
+    cv = write(cv, v.astype(cv.dtype), write_index_B)
+    kw = dict(window=window, num_sinks=cfg.attention_sinks, block_size=cfg.attention_block_size)
+    b, t = positions_BxT.shape
+    if t > 1:
+      # Prefill into an empty cache: the keys are exactly this block's tokens.
+      out = attention(q, k, v, q_positions=positions_BxT, kv_positions=positions_BxT,
+                      impl=cfg.attention_impl, **kw)
+    else:
+      s = ck.shape[1]
+      slots_BxS = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+      written_BxS = slots_BxS <= positions_BxT[:, -1:]
+      mesh = jax.sharding.get_abstract_mesh()
+      seq = dict(mesh.shape).get("sequence", 1) if mesh is not None and mesh.shape else 1
+      if cfg.attention_impl == "ring" and seq > 1:
+        out = sharded_decode_attention(q, ck, cv, q_positions=positions_BxT,
+                                       kv_positions=slots_BxS, kv_valid=written_BxS, mesh=mesh,
+                                       **kw)
+      else:
+        out = attention(q, ck, cv, q_positions=positions_BxT, kv_positions=slots_BxS,
+                        kv_valid=written_BxS, impl="blockwise" if window is None else "sparse",
+                        **kw)
+    return out, (ck, cv)
+
   def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache_kv, write_index_B):
     """Self-attention; with a cache, writes this block's K/V at write_index_B.
 
@@ -138,6 +168,15 @@ class Attention(nnx.Module):
     mask_BxTxS is not consulted: callers pass causal_mask(positions, positions).
     With a cache the attention is dense over mask_BxTxS, narrowed to the window
     assuming cache slot s holds position s (as the sampler writes it).
+
+    Long-context sampling (a cache and mask_BxTxS None, for configs whose
+    attention_impl is not "dense"): no [T, S] mask is ever built. A prefill
+    (T > 1, into an empty cache from slot 0) attends within its own tokens
+    with the configured kernel (blockwise, sparse, or ring over the
+    `sequence` axis); a decode step attends to the written cache slots with
+    the blockwise kernel, or, when the cache is sharded on a `sequence` mesh
+    axis, each device attends to its shard and the partials are merged by
+    log-sum-exp (rlpt.attention.decode).
     Returns (y_BxTxD, (k_BxSxKxH, v_BxSxKxH) or None).
     """
     cfg = self.cfg
@@ -157,7 +196,11 @@ class Attention(nnx.Module):
     new_kv = None
     window = self.window or None
     scale = cfg.attn_scale or None
-    if cache_kv is None and (cfg.attention_impl != "dense" or window) and not cfg.attn_logit_softcap:
+    if cache_kv is not None and mask_BxTxS is None:
+      if scale is not None:
+        q = q * jnp.asarray(scale * cfg.head_dim ** 0.5, q.dtype)
+      out, new_kv = self._kernel_cached(q, k, v, positions_BxT, cache_kv, write_index_B, window)
+    elif cache_kv is None and (cfg.attention_impl != "dense" or window) and not cfg.attn_logit_softcap:
       if scale is not None:  # the kernels scale by head_dim**-0.5: fold the rest into q
         q = q * jnp.asarray(scale * cfg.head_dim ** 0.5, q.dtype)
       out = attention(q, k, v, q_positions=positions_BxT, kv_positions=positions_BxT,

@@ -21,6 +21,8 @@ import numpy as np
 from flax import nnx
 
 from rlpt.models import KVCache, ModelConfig, causal_mask, init_cache
+from rlpt.sharding import constrain
+from rlpt.sharding.rules import KV_CACHE_AXES
 from rlpt.sampling.logits import SamplingParams, sample_token
 
 
@@ -65,6 +67,12 @@ class Sampler:
   pad_id: int
   stop_ids: tuple[int, ...]
 
+  @property
+  def long_context(self) -> bool:
+    """Masks by positions inside the attention kernels instead of a [T, S] mask
+    (any attention_impl but "dense"); see rlpt.models.Attention."""
+    return self.model_cfg.attention_impl != "dense"
+
   def generate(self, params: nnx.State, prompts_BxP: np.ndarray | jax.Array,
                prompt_lengths_B: np.ndarray | jax.Array, rng: jax.Array,
                sampling: SamplingParams) -> SampleOutput:
@@ -77,7 +85,12 @@ class Sampler:
     if p > self.max_prompt_len:
       raise ValueError(f"prompt buffer has width {p}; this sampler allows at most "
                        f"{self.max_prompt_len}.")
-    cache = init_cache(self.model_cfg, b, p + self.max_new_tokens)
+    length = p + self.max_new_tokens
+    if self.long_context:
+      # Whole blocks, divisible by any sequence-axis size up to 128.
+      length = -(-length // 128) * 128
+    cache = init_cache(self.model_cfg, b, length)
+    cache = KVCache(constrain(cache.k, KV_CACHE_AXES), constrain(cache.v, KV_CACHE_AXES))
     logits_BxV, cache = _prefill(self, params, jnp.asarray(prompts_BxP, jnp.int32),
                                  jnp.asarray(prompt_lengths_B, jnp.int32), cache)
     state = _DecodeState(
@@ -102,7 +115,8 @@ def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
   s = cache.k.shape[2]
   positions_BxP = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
   key_pos_BxS = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
-  mask = causal_mask(positions_BxP, key_pos_BxS, key_pos_BxS < lengths_B[:, None])
+  mask = (None if sampler.long_context else
+          causal_mask(positions_BxP, key_pos_BxS, key_pos_BxS < lengths_B[:, None]))
   logits_BxPxV, cache = model(prompts_BxP, positions_BxP, mask, cache,
                               jnp.zeros((b,), jnp.int32))
   last = jnp.take_along_axis(logits_BxPxV, (lengths_B - 1)[:, None, None], axis=1)[:, 0]
@@ -130,7 +144,7 @@ def _decode(sampler: Sampler, params, state: _DecodeState, sampling: SamplingPar
     lengths = s.lengths_B + (~s.done_B).astype(jnp.int32)
     done = s.done_B | jnp.isin(tok_B, stop_ids)
     pos_Bx1 = s.position_B[:, None]
-    mask = causal_mask(pos_Bx1, key_pos_BxS)
+    mask = None if sampler.long_context else causal_mask(pos_Bx1, key_pos_BxS)
     logits_Bx1xV, cache = model(tok_B[:, None], pos_Bx1, mask, s.cache, s.position_B)
     return _DecodeState(s.step + 1, tokens, logprobs, done, lengths, s.position_B + 1,
                         logits_Bx1xV[:, 0], cache, rng)
