@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from experiments import grpo_default, pretrain_base
+from experiments import domains, grpo_default, pretrain_base
 from rlpt.config import ConfigError, PretrainConfig, TrainConfig, from_config_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,7 @@ def test_unknown_key_is_named_with_a_suggestion():
     ({"domains.weights": [1.0]}, r"domains.weights has 1 entries"),
     ({"curriculum.strategy": "uniformm"},
      r"Unknown domain sampling strategy 'uniformm'.*Did you mean 'uniform'"),
-    ({"domains.weights": [1.0] * 6}, r"domains.weights is set but curriculum.strategy='uniform'"),
+    ({"domains.weights": [1.0] * len(domains.DEFAULT)}, r"domains.weights is set but curriculum.strategy='uniform'"),
     ({"curriculum.strategy": "fixed"}, r"curriculum.strategy='fixed' needs domains.weights"),
     ({"curriculum.min_share": 0.2}, r"min_share"),
     ({"curriculum.priorities": {"rlpt/math-mul-easy-v0": -1.0}}, r"priorities must be finite and >= 0"),
