@@ -3,4 +3,10 @@
 from rlpt.metrics.report import plot_eval_curves, success_table
 from rlpt.metrics.writer import MetricsWriter
 
-__all__ = ["MetricsWriter", "plot_eval_curves", "success_table"]
+# Metric-name prefixes whose values are wall-clock measurements (or depend on
+# thread timing): they differ between any two runs of the same config, while
+# every other metric of a deterministic run must not.
+WALL_CLOCK_PREFIXES = ("time/", "throughput/", "checkpoint/", "accelerator/", "env_latency_",
+                       "env/queue_depth", "async/wait", "async/ready_waves")
+
+__all__ = ["MetricsWriter", "WALL_CLOCK_PREFIXES", "plot_eval_curves", "success_table"]

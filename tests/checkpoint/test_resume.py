@@ -33,6 +33,7 @@ from flax import nnx
 from experiments import pretrain_base
 from rlpt.checkpoint import save_model
 from rlpt.config import PretrainConfig, TrainConfig, from_config_dict
+from rlpt.metrics import WALL_CLOCK_PREFIXES
 from rlpt.models import Transformer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,7 +44,7 @@ resume_config = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(resume_config)
 STEPS, EVERY = resume_config.STEPS, resume_config.EVERY
 # Wall-clock figures differ between any two runs; everything else must not.
-VOLATILE = ("time/", "throughput/", "checkpoint/")
+VOLATILE = WALL_CLOCK_PREFIXES
 
 
 def _rows(workdir):

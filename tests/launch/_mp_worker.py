@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 from experiments import grpo_default  # noqa: E402
 from rlpt.config import TrainConfig, from_config_dict  # noqa: E402
 from rlpt.runtime import host_to_global, replicated, to_host  # noqa: E402
+from rlpt.metrics import WALL_CLOCK_PREFIXES  # noqa: E402
 from rlpt.steps import Counts, RLBatch  # noqa: E402
 from rlpt.trainer import Trainer  # noqa: E402
 
@@ -44,7 +45,7 @@ trainer = Trainer(cfg, workdir)
 steps = []
 for _ in range(2):
   m = trainer.train_step()
-  steps.append({k: v for k, v in m.items() if not k.startswith(("time/", "throughput/"))})
+  steps.append({k: v for k, v in m.items() if not k.startswith(WALL_CLOCK_PREFIXES)})
 
 rng = np.random.default_rng(0)
 b, l = cfg.rollout.batch_size, 24

@@ -1,0 +1,190 @@
+r"""rlpt on the fixed peer-comparison workload: sampler tokens/s, GRPO step time, FLOPs, roofline.
+
+    python benchmarks/workload.py [--runs=3]
+
+The workload (the same one benchmarks/peers/ runs in TRL and Tunix):
+
+* model: Llama architecture, vocab 512, hidden 256, 4 layers, 8 heads, 4 KV
+  heads, head_dim 32, MLP 704, RMSNorm eps 1e-6, RoPE theta 10000, untied
+  embeddings, float32, random init (seed 0);
+* sampling: 32 prompts of 32 random tokens, exactly 128 new tokens each (no
+  early stop), temperature 1. Tokens/s = 32 * 128 / wall time of one generate
+  call after one warm-up call, median of 3;
+* GRPO: 8 prompts of 32 tokens, group 8 (64 completions), exactly 64 new
+  tokens, temperature 1, reward = fraction of even token ids, one AdamW update
+  (lr 1e-5) per batch, KL beta 0.04 to a frozen reference. Seconds per full
+  step (generation + reference log-probs + update) after 2 warm-up steps,
+  median of 5.
+
+FLOPs are XLA's cost analysis of each compiled program; the roofline is the
+fp32 matmul rate measured in the same run (a 1024^3 matmul, best of 5).
+``--runs`` repeats the whole measurement and prints median [min-max].
+"""
+
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+_RUNS = flags.DEFINE_integer("runs", 3, "Repetitions of the whole measurement.")
+
+VOCAB, PROMPT = 512, 32
+SAMPLE_ROWS, SAMPLE_NEW = 32, 128
+GRPO_PROMPTS, GROUP, GRPO_NEW = 8, 8, 64
+
+
+def model_config():
+  from rlpt.models import ModelConfig
+  return ModelConfig(vocab_size=VOCAB, d_model=256, num_layers=4, num_heads=8, num_kv_heads=4,
+                     head_dim=32, mlp_dim=704, norm_eps=1e-6, rope_theta=10_000.0,
+                     tie_embeddings=False)
+
+
+def matmul_roofline() -> float:
+  """fp32 GFLOP/s of a large matmul on this machine (best of 5)."""
+  a = jax.random.normal(jax.random.key(0), (1024, 1024), jnp.float32)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, a).block_until_ready()
+  best = min(_timed(lambda: f(a, a).block_until_ready()) for _ in range(5))
+  return 2 * 1024 ** 3 / best / 1e9
+
+
+def _timed(fn) -> float:
+  t = time.perf_counter()
+  fn()
+  return time.perf_counter() - t
+
+
+def _flops(jitted, *args) -> float:
+  cost = jitted.lower(*args).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("flops", float("nan")))
+
+
+def measure(seed: int = 0) -> dict:
+  from flax import nnx
+
+  from rlpt.config import OptimConfig
+  from rlpt.models import Transformer
+  from rlpt.rl import LossConfig, grpo_advantages, loss_counts
+  from rlpt.rollout import build_sequences
+  from rlpt.sampling import Sampler, SamplingParams
+  from rlpt.steps import (Counts, RLBatch, init_train_state, make_optimizer, rl_train_step,
+                          sequence_logprobs)
+
+  cfg = model_config()
+  graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(seed)))
+  reference = jax.tree.map(jnp.copy, params)
+  sampling = SamplingParams(1.0)
+  rng = np.random.default_rng(seed)
+  out = {}
+
+  # Sampling: no stop ids, so every row generates exactly SAMPLE_NEW tokens.
+  sampler = Sampler(graphdef, cfg, PROMPT, SAMPLE_NEW, 0, ())
+  generate = jax.jit(lambda p, ids, lens, key: sampler.generate(p, ids, lens, key, sampling))
+  ids = rng.integers(1, VOCAB, size=(SAMPLE_ROWS, PROMPT)).astype(np.int32)
+  lens = np.full((SAMPLE_ROWS,), PROMPT, np.int32)
+  jax.block_until_ready(generate(params, ids, lens, jax.random.key(0)))
+  times = [_timed(lambda i=i: jax.block_until_ready(generate(params, ids, lens, jax.random.key(i))))
+           for i in range(1, 4)]
+  out["sample_tok_s"] = SAMPLE_ROWS * SAMPLE_NEW / statistics.median(times)
+  out["sample_flops"] = _flops(generate, params, ids, lens, jax.random.key(0))
+
+  # GRPO step.
+  optimizer = make_optimizer(OptimConfig(learning_rate=1e-5, grad_clip=1e9), 100)
+  state = init_train_state(params, optimizer)
+  loss_cfg = LossConfig(policy_loss="ppo_clip", kl_beta=0.04, kl_estimator="k3",
+                        aggregation="token-mean", norm_len=GRPO_NEW)
+  gsampler = Sampler(graphdef, cfg, PROMPT, GRPO_NEW, 0, ())
+  ggen = jax.jit(lambda p, ids, lens, key: gsampler.generate(p, ids, lens, key, sampling))
+  logprobs = jax.jit(lambda p, t: sequence_logprobs(graphdef, p, t, sampling))
+  update = jax.jit(lambda s, b, c, k: rl_train_step(s, b, c, k, graphdef=graphdef,
+                                                     optimizer=optimizer, loss_cfg=loss_cfg,
+                                                     sampling=sampling), donate_argnums=0)
+  rows = GRPO_PROMPTS * GROUP
+
+  def step(state, i):
+    t0 = time.perf_counter()
+    prompts = rng.integers(1, VOCAB, size=(GRPO_PROMPTS, PROMPT)).astype(np.int32)
+    gids = np.repeat(prompts, GROUP, axis=0)
+    glens = np.full((rows,), PROMPT, np.int32)
+    toks, logp, n = jax.device_get(ggen(state.params, gids, glens, jax.random.key(100 + i)))
+    t1 = time.perf_counter()
+    seq = build_sequences(gids, glens, toks, n, logp, 0)
+    tokens = jnp.asarray(seq.tokens)
+    ref_logp = logprobs(reference, tokens)
+    jax.block_until_ready(ref_logp)
+    t2 = time.perf_counter()
+    rewards = jnp.asarray((toks % 2 == 0).mean(axis=1), jnp.float32)
+    mask = jnp.asarray(seq.loss_mask)
+    adv = grpo_advantages(rewards, GROUP)[:, None] * mask
+    c = loss_counts(mask)
+    batch = RLBatch(tokens, mask, jnp.asarray(seq.logp), ref_logp, adv)
+    state, metrics = update(state, batch, Counts(jnp.float32(c.num_tokens), jnp.float32(c.num_seqs)),
+                            jnp.float32(0.04))
+    jax.block_until_ready(metrics)
+    t3 = time.perf_counter()
+    return state, batch, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)
+
+  for i in range(2):
+    state, batch, _ = step(state, i)
+  timings = []
+  for i in range(2, 7):
+    state, batch, tm = step(state, i)
+    timings.append(tm)
+  med = [statistics.median(t[k] for t in timings) for k in range(4)]
+  out.update(step_s=med[0], gen_s=med[1], ref_s=med[2], update_s=med[3])
+  glens = np.full((rows,), PROMPT, np.int32)
+  gids = np.zeros((rows, PROMPT), np.int32)
+  out["gen_flops"] = _flops(ggen, state.params, gids, glens, jax.random.key(0))
+  out["ref_flops"] = _flops(logprobs, reference, batch.tokens)
+  counts = Counts(jnp.float32(1.0), jnp.float32(1.0))
+  out["update_flops"] = _flops(update, state, batch, counts, jnp.float32(0.04))
+  return out
+
+
+def main(_):
+  roof = matmul_roofline()
+  print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; "
+        f"fp32 matmul roofline {roof:.0f} GFLOP/s")
+  runs = []
+  for r in range(_RUNS.value):
+    m = measure(seed=r)
+    runs.append(m)
+    print(f"run {r}: sampler {m['sample_tok_s']:,.0f} tok/s; GRPO step {m['step_s']:.3f} s "
+          f"(generate {m['gen_s']:.3f}, reference {m['ref_s']:.3f}, update {m['update_s']:.3f})",
+          flush=True)
+
+  def stat(key, fmt):
+    xs = [r[key] for r in runs]
+    return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
+
+  last = runs[-1]
+  print("\n| measure | rlpt, median [min-max] | GFLOP | GFLOP/s | of roofline |")
+  print("|---|---:|---:|---:|---:|")
+  tok_s = statistics.median(r["sample_tok_s"] for r in runs)
+  sample_s = SAMPLE_ROWS * SAMPLE_NEW / tok_s
+  print(f"| sampler, 32 x 128 tokens | {stat('sample_tok_s', '{:,.0f}')} tok/s | "
+        f"{last['sample_flops'] / 1e9:.1f} | {last['sample_flops'] / sample_s / 1e9:.1f} | "
+        f"{last['sample_flops'] / sample_s / 1e9 / roof:.1%} |")
+  for name, key, fkey in (("GRPO step", "step_s", None), ("  generation", "gen_s", "gen_flops"),
+                          ("  reference pass", "ref_s", "ref_flops"),
+                          ("  update", "update_s", "update_flops")):
+    secs = statistics.median(r[key] for r in runs)
+    if fkey is None:
+      flops = last["gen_flops"] + last["ref_flops"] + last["update_flops"]
+    else:
+      flops = last[fkey]
+    print(f"| {name} | {stat(key, '{:.3f}')} s | {flops / 1e9:.1f} | {flops / secs / 1e9:.1f} | "
+          f"{flops / secs / 1e9 / roof:.1%} |")
+
+
+if __name__ == "__main__":
+  app.run(main)
