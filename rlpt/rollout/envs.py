@@ -85,6 +85,15 @@ class Step(NamedTuple):
   graded: Graded
 
 
+def check_step(episodes: Sequence, actions: Sequence[str]) -> None:
+  """One action per running episode, or a clear error."""
+  if len(episodes) != len(actions):
+    raise ValueError(f"{len(episodes)} episodes but {len(actions)} actions.")
+  for ep in episodes:
+    if ep.done:
+      raise RuntimeError(f"episode of {ep.task} already ended")
+
+
 def _infra_failure(e: BaseException) -> Graded:
   return Graded(0.0, False, "SANDBOX_ERROR", True, {"feedback": f"{type(e).__name__}: {e}"})
 
@@ -240,11 +249,7 @@ class EnvPool:
     Infrastructure failures are retried (fresh env, replay, backoff) up to
     ``retries`` times, then returned masked (``graded.infra_error``).
     """
-    if len(episodes) != len(actions):
-      raise ValueError(f"{len(episodes)} episodes but {len(actions)} actions.")
-    for ep in episodes:
-      if ep.done:
-        raise RuntimeError(f"episode of {ep.task} already ended")
+    check_step(episodes, actions)
     out: list[Step | None] = [None] * len(episodes)
     attempt = [0] * len(episodes)
     pending = {self._submit_step(ep, a, 0): i for i, (ep, a) in enumerate(zip(episodes, actions))}

@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 
 from rlpt.data import Task
-from rlpt.rollout.envs import EnvPool, Graded, Prompt, Step
+from rlpt.rollout.envs import EnvPool, Graded, Prompt, Step, check_step
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -162,11 +162,7 @@ class RayEnvPool:
             for p in range(len(tasks))]
 
   def step(self, episodes: Sequence[RemoteEpisode], actions: Sequence[str]) -> list[Step]:
-    if len(episodes) != len(actions):
-      raise ValueError(f"{len(episodes)} episodes but {len(actions)} actions.")
-    for ep in episodes:
-      if ep.done:
-        raise RuntimeError(f"episode of {ep.task} already ended")
+    check_step(episodes, actions)
     out: list[Step | None] = [None] * len(episodes)
     todo = list(range(len(episodes)))
     for _ in range(3):
