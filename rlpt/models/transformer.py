@@ -286,15 +286,14 @@ class Decoder(nnx.Module):
     if self.cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activation dtype
       x = x * jnp.asarray(self.cfg.d_model ** 0.5, x.dtype)
     x = constrain(x, ("batch", "seq", "embed"))
-    new_k, new_v = [], []
     for i, block in enumerate(self.blocks):
       layer_kv = None if cache is None else (cache.k[i], cache.v[i])
       x, kv = block(x, positions_BxT, mask_BxTxS, layer_kv, write_index_B)
       if kv is not None:
-        new_k.append(kv[0])
-        new_v.append(kv[1])
-    new_cache = None if cache is None else KVCache(jnp.stack(new_k), jnp.stack(new_v))
-    return self.final_norm(x), new_cache
+        # Written back layer by layer (in place in XLA), not restacked: a
+        # stack would copy the whole cache on every decode step.
+        cache = KVCache(cache.k.at[i].set(kv[0]), cache.v.at[i].set(kv[1]))
+    return self.final_norm(x), cache
 
 
 class Transformer(nnx.Module):
