@@ -168,13 +168,15 @@ class Trainer:
     self.rng = jax.random.key(cfg.seed)
     self.step = 0
     # Asynchronous rollout (rollout.staleness > 0): the producer, the policy
-    # versions it may sample with, curriculum updates it has yet to apply, and
-    # the iterator/curriculum state as of the last consumed wave (checkpoints).
+    # versions it may sample with, each step's curriculum update (kept until
+    # every wave still to be trained or checkpointed has applied it), the
+    # last step whose update the producer applied, and the iterator/curriculum
+    # state as of the last consumed wave (checkpoints).
     self.pipeline: AsyncRollout | None = None
     self._wave_key = jax.random.fold_in(jax.random.key(cfg.seed), 0x5A5A)
     self._snapshots: dict[int, object] = {}
     self._curriculum_log: dict[int, dict] = {}
-    self._applied_log: dict[int, dict] = {}
+    self._curriculum_applied = 0
     self._curriculum_lock = threading.RLock()
     self._consumed_state: dict | None = None
     self.busy = BusyClock()
@@ -493,9 +495,9 @@ class Trainer:
     then the wave's tasks (all of its rollout under dynamic sampling, whose
     later draws depend on earlier results)."""
     with self._curriculum_lock:
-      for s in sorted(k for k in self._curriculum_log if k <= version):
-        self._applied_log[s] = self._curriculum_log.pop(s)
-        self.domain_sampler.update(self._applied_log[s])
+      for s in sorted(k for k in self._curriculum_log if self._curriculum_applied < k <= version):
+        self.domain_sampler.update(self._curriculum_log[s])
+      self._curriculum_applied = max(self._curriculum_applied, version)
       key = jax.random.fold_in(self._wave_key, wave)
       if self.cfg.rl.dynamic_sampling:
         done = self.rollout(params=self._snapshots[version], key=key)
@@ -614,7 +616,12 @@ class Trainer:
     else:
       # The producer applies it before drawing the first wave sampled with
       # this step's weights (the same point a synchronous run would).
-      self._curriculum_log[self.step] = dict(by_domain)
+      with self._curriculum_lock:
+        self._curriculum_log[self.step] = dict(by_domain)
+        # The consumed wave's curriculum state includes these; no wave needs them again.
+        done = self._consumed_state["curriculum_applied"]
+        for s in [s for s in self._curriculum_log if s <= done]:
+          del self._curriculum_log[s]
       self._snapshots[self.step] = self.sample_params
       for v in [v for v in self._snapshots if v < self.step - cfg.rollout.staleness]:
         del self._snapshots[v]
@@ -758,9 +765,9 @@ class Trainer:
         applied = self._consumed_state["curriculum_applied"]
         data = {"tasks": self._consumed_state["tasks"],
                 "curriculum": self._consumed_state["curriculum"],
-                "curriculum_log": {str(k): v for k, v in self._curriculum_log.items()}}
-        # Updates the producer has applied since that wave was drawn.
-        data["curriculum_log"].update(self._applied_log_since(applied))
+                "curriculum_applied": applied,
+                "curriculum_log": {str(k): v for k, v in self._curriculum_log.items()
+                                   if k > applied}}
     else:
       data = {"tasks": self.task_stream.state_dict(),
               "curriculum": self.domain_sampler.state_dict()}
@@ -774,12 +781,6 @@ class Trainer:
         "reference": {"path": os.path.abspath(self.base_path),
                       "fingerprint": self.base_fingerprint},
     })
-
-  def _applied_log_since(self, version: int) -> dict:
-    """Curriculum updates of steps after ``version`` the producer applied already."""
-    for s in [s for s in self._applied_log if s <= version]:
-      del self._applied_log[s]
-    return {str(s): v for s, v in self._applied_log.items()}
 
   def save_checkpoint(self, eval_metrics: dict | None = None) -> float:
     """Saves the current step (asynchronously with checkpoint.async_save).
@@ -825,6 +826,7 @@ class Trainer:
     self.task_stream.load_state_dict(t["tasks"])
     self.domain_sampler.load_state_dict(t["curriculum"])
     self._curriculum_log = {int(k): v for k, v in t.get("curriculum_log", {}).items()}
+    self._curriculum_applied = t.get("curriculum_applied", 0)
     self.kl_ctl.load_state_dict(t["kl_controller"])
     self.history = {k: list(v) for k, v in t["history"].items()}
     self.step = restored.step

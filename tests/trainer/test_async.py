@@ -54,3 +54,35 @@ def test_asynchronous_runs_are_reproducible(runs):
   assert [m["rollout/token_hash"] for m in a] == [m["rollout/token_hash"] for m in b]
   np.testing.assert_allclose([m["train/loss"] for m in a], [m["train/loss"] for m in b],
                              rtol=1e-5, atol=1e-7)
+
+
+def test_asynchronous_checkpoint_keeps_the_curriculum_updates_not_yet_applied(tmp_path,
+                                                                             monkeypatch):
+  from rlpt.trainer import Trainer
+  monkeypatch.chdir(ROOT)
+
+  def make(steps):
+    cd = grpo_default.get_config("smoke")
+    cd.progress = False
+    cd.steps = steps
+    cd.rollout.staleness = 2
+    cd.checkpoint.update(every=1, export=False)
+    cd.curriculum.strategy = "learning_progress"
+    cd.base.cache_dir = str(tmp_path / "bases")
+    return Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
+
+  t = make(3)
+  t.run()
+  state = t._trainer_state()
+  t.close()
+  # Wave 3 was drawn with the curriculum of version 0: steps 1-3 are still to apply.
+  assert state["curriculum_applied"] == 0
+  assert sorted(state["curriculum_log"]) == ["1", "2", "3"]
+  t = make(5)
+  try:
+    assert t.restore() == 3
+    assert t._curriculum_applied == 0 and sorted(t._curriculum_log) == [1, 2, 3]
+    t.run()
+    assert t.step == 5
+  finally:
+    t.close()
