@@ -9,7 +9,9 @@ STAMP := $(VENV)/.installed
 WORKDIR ?= runs/grpo_default
 CONFIG ?= experiments/grpo_default.py
 
-.PHONY: setup system train smoke test bench clean
+PEERS := .peers
+
+.PHONY: setup system train smoke test bench bench-peers clean
 
 setup: system $(STAMP)
 
@@ -32,7 +34,18 @@ test: setup
 	$(PY) -m pytest -q tests
 
 bench: setup
+	$(PY) benchmarks/workload.py
 	$(PY) benchmarks/rl_step.py
 
+# TRL and Tunix in their own virtual environments, then all three on one workload.
+$(PEERS)/%/.installed: benchmarks/peers/requirements-%.txt
+	$(PYTHON) -m venv $(PEERS)/$*
+	$(PEERS)/$*/bin/pip install --quiet --upgrade pip
+	$(PEERS)/$*/bin/pip install --quiet -r $<
+	touch $@
+
+bench-peers: setup $(PEERS)/trl/.installed $(PEERS)/tunix/.installed
+	$(PY) benchmarks/peers/run.py
+
 clean:
-	rm -rf $(VENV) .cache runs
+	rm -rf $(VENV) $(PEERS) .cache runs

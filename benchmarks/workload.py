@@ -41,6 +41,19 @@ _RUNS = flags.DEFINE_integer("runs", 3, "Repetitions of the whole measurement.")
 VOCAB, PROMPT = 512, 32
 SAMPLE_ROWS, SAMPLE_NEW = 32, 128
 GRPO_PROMPTS, GROUP, GRPO_NEW = 8, 8, 64
+WARMUP_STEPS, TIMED_STEPS = 2, 5
+
+
+def prompts(seed: int) -> dict[str, np.ndarray]:
+  """The run's prompts (token ids in [1, VOCAB)): ``sample`` [32, 32], ``grpo``
+  [7, 8, 32] (each GRPO step's prompts, warm-up steps first), ``check`` [4, 32]."""
+  rng = np.random.default_rng(seed)
+  steps = WARMUP_STEPS + TIMED_STEPS
+  return {
+      "sample": rng.integers(1, VOCAB, size=(SAMPLE_ROWS, PROMPT)).astype(np.int32),
+      "grpo": rng.integers(1, VOCAB, size=(steps, GRPO_PROMPTS, PROMPT)).astype(np.int32),
+      "check": rng.integers(1, VOCAB, size=(4, PROMPT)).astype(np.int32),
+  }
 
 
 def model_config():
@@ -85,6 +98,8 @@ def _flops(jitted, *args) -> float:
 
 
 def measure(seed: int = 0) -> dict:
+  """One measurement of the workload with the model initialised from ``seed`` and
+  ``prompts(seed)`` (the model and prompts benchmarks/peers/ hand to the peers)."""
   from flax import nnx
 
   from rlpt.config import OptimConfig
@@ -99,13 +114,13 @@ def measure(seed: int = 0) -> dict:
   graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(seed)))
   reference = jax.tree.map(jnp.copy, params)
   sampling = SamplingParams(1.0)
-  rng = np.random.default_rng(seed)
+  data = prompts(seed)
   out = {}
 
   # Sampling: no stop ids, so every row generates exactly SAMPLE_NEW tokens.
   sampler = Sampler(graphdef, cfg, PROMPT, SAMPLE_NEW, 0, ())
   generate = jax.jit(lambda p, ids, lens, key: sampler.generate(p, ids, lens, key, sampling))
-  ids = rng.integers(1, VOCAB, size=(SAMPLE_ROWS, PROMPT)).astype(np.int32)
+  ids = data["sample"]
   lens = np.full((SAMPLE_ROWS,), PROMPT, np.int32)
   jax.block_until_ready(generate(params, ids, lens, jax.random.key(0)))
   times = [_timed(lambda i=i: jax.block_until_ready(generate(params, ids, lens, jax.random.key(i))))
@@ -128,8 +143,7 @@ def measure(seed: int = 0) -> dict:
 
   def step(state, i):
     t0 = time.perf_counter()
-    prompts = rng.integers(1, VOCAB, size=(GRPO_PROMPTS, PROMPT)).astype(np.int32)
-    gids = np.repeat(prompts, GROUP, axis=0)
+    gids = np.repeat(data["grpo"][i], GROUP, axis=0)
     glens = np.full((rows,), PROMPT, np.int32)
     toks, logp, n = jax.device_get(ggen(state.params, gids, glens, jax.random.key(100 + i)))
     t1 = time.perf_counter()
@@ -149,10 +163,10 @@ def measure(seed: int = 0) -> dict:
     t3 = time.perf_counter()
     return state, batch, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)
 
-  for i in range(2):
+  for i in range(WARMUP_STEPS):
     state, batch, _ = step(state, i)
   timings = []
-  for i in range(2, 7):
+  for i in range(WARMUP_STEPS, WARMUP_STEPS + TIMED_STEPS):
     state, batch, tm = step(state, i)
     timings.append(tm)
   med = [statistics.median(t[k] for t in timings) for k in range(4)]

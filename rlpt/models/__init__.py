@@ -8,6 +8,7 @@ from rlpt.models.transformer import (
     ValueModel,
     causal_mask,
     init_cache,
+    write_kv,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "ValueModel",
     "causal_mask",
     "init_cache",
+    "write_kv",
 ]

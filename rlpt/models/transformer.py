@@ -25,15 +25,39 @@ from rlpt.sharding import constrain
 
 
 class KVCache(NamedTuple):
-  """Per-layer key/value buffers, each [layers, B, S, K, H]."""
+  """Key/value buffers, one array per layer: keys [B, K, H, S], values [B, K, S, H].
 
-  k: jax.Array
-  v: jax.Array
+  Kv-head major and keys transposed, so both products of a decode step are
+  plain matmuls over each head's contiguous cache (q [G, H] @ k [H, S], then
+  p [G, S] @ v [S, H]); a [B, S, K, H] buffer costs XLA on CPU a transposed
+  copy of the cache per layer per step, and [B, K, S, H] keys a repacking.
+  One array per layer, so a step updates each in place (slicing a layer out of
+  a stacked [L, ...] buffer and writing it back copies it).
+  """
+
+  k: tuple[jax.Array, ...]
+  v: tuple[jax.Array, ...]
+
+  @property
+  def length(self) -> int:
+    return self.v[0].shape[2]
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> KVCache:
-  shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
-  return KVCache(jnp.zeros(shape, cfg.jnp_dtype), jnp.zeros(shape, cfg.jnp_dtype))
+  b, k, h, dt, n = batch, cfg.num_kv_heads, cfg.head_dim, cfg.jnp_dtype, cfg.num_layers
+  return KVCache(tuple(jnp.zeros((b, k, h, length), dt) for _ in range(n)),
+                 tuple(jnp.zeros((b, k, length, h), dt) for _ in range(n)))
+
+
+def write_kv(cache: jax.Array, new_BxTxKxH: jax.Array, index_B: jax.Array,
+             keys: bool = False) -> jax.Array:
+  """Writes each row's T new values (``keys``: keys) at that row's slot ``index_B``.
+
+  ``cache`` is one layer: [B, K, S, H] values or, with ``keys``, [B, K, H, S].
+  """
+  axes, slot = ((0, 2, 3, 1), 2) if keys else ((0, 2, 1, 3), 1)
+  row = lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=slot)
+  return jax.vmap(row)(cache, jnp.transpose(new_BxTxKxH, axes).astype(cache.dtype), index_B)
 
 
 def causal_mask(positions_BxT: jax.Array, key_positions_BxS: jax.Array,
@@ -81,24 +105,46 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, theta: float,
 
 
 def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, scale: float | None = None,
-                    softcap: float = 0.0) -> jax.Array:
+                    softcap: float = 0.0, kv_heads_major: bool = False) -> jax.Array:
   """Softmax attention in fp32 with grouped query heads. Returns [B, T, N, H].
 
   ``scale`` multiplies the scores (default head_dim**-0.5); ``softcap`` > 0
   maps them to softcap * tanh(scores / softcap) before masking (Gemma2).
+  ``kv_heads_major``: keys [B, K, H, S] and values [B, K, S, H] (a KVCache layer).
   """
   b, t, n, h = q_BxTxNxH.shape
-  kh = k_BxSxKxH.shape[2]
+  if kv_heads_major and t == 1 and not softcap:
+    return _decode_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, scale)
+  k_eq, kv = ("bkhs", "bksh") if kv_heads_major else ("bskh", "bskh")
+  kh = k_BxSxKxH.shape[1 if kv_heads_major else 2]
   q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
-  scores_BxKxGxTxS = jnp.einsum("btkgh,bskh->bkgts", q, k_BxSxKxH.astype(jnp.float32))
+  scores_BxKxGxTxS = jnp.einsum(f"btkgh,{k_eq}->bkgts", q, k_BxSxKxH.astype(jnp.float32))
   scores_BxKxGxTxS *= h ** -0.5 if scale is None else scale
   if softcap:
     scores_BxKxGxTxS = jnp.tanh(scores_BxKxGxTxS / softcap) * softcap
   big_neg = jnp.finfo(jnp.float32).min
   scores_BxKxGxTxS = jnp.where(mask_BxTxS[:, None, None], scores_BxKxGxTxS, big_neg)
   probs = jax.nn.softmax(scores_BxKxGxTxS, axis=-1)
-  out = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxSxKxH.astype(jnp.float32))
+  out = jnp.einsum(f"bkgts,{kv}->btkgh", probs, v_BxSxKxH.astype(jnp.float32))
   return out.reshape(b, t, n, h).astype(q_BxTxNxH.dtype)
+
+
+def _decode_attention(q_Bx1xNxH, k_BxKxHxS, v_BxKxSxH, mask_Bx1xS, scale: float | None):
+  """dense_attention for one query per row over a KVCache layer.
+
+  The same math with the length-1 query axis dropped, which lets XLA on CPU
+  run both products as plain batched matmuls over (B, K) with no transposes.
+  """
+  b, _, n, h = q_Bx1xNxH.shape
+  kh = k_BxKxHxS.shape[1]
+  q = q_Bx1xNxH.reshape(b, kh, n // kh, h).astype(jnp.float32)
+  q = q * jnp.float32(h ** -0.5 if scale is None else scale)
+  scores_BxKxGxS = jnp.einsum("bkgh,bkhs->bkgs", q, k_BxKxHxS.astype(jnp.float32))
+  big_neg = jnp.finfo(jnp.float32).min
+  scores_BxKxGxS = jnp.where(mask_Bx1xS[:, None], scores_BxKxGxS, big_neg)
+  probs = jax.nn.softmax(scores_BxKxGxS, axis=-1)
+  out = jnp.einsum("bkgs,bksh->bkgh", probs, v_BxKxSxH.astype(jnp.float32))
+  return out.reshape(b, 1, n, h).astype(q_Bx1xNxH.dtype)
 
 
 class Attention(nnx.Module):
@@ -133,10 +179,8 @@ class Attention(nnx.Module):
   def _kernel_cached(self, q, k, v, positions_BxT, cache_kv, write_index_B, window):
     """Cached attention without a mask (long-context sampling; see __call__)."""
     cfg = self.cfg
-    ck, cv = cache_kv
-    write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
-    ck = write(ck, k.astype(ck.dtype), write_index_B)
-    cv = write(cv, v.astype(cv.dtype), write_index_B)
+    ck = write_kv(cache_kv[0], k, write_index_B, keys=True)
+    cv = write_kv(cache_kv[1], v, write_index_B)
     kw = dict(window=window, num_sinks=cfg.attention_sinks, block_size=cfg.attention_block_size)
     b, t = positions_BxT.shape
     if t > 1:
@@ -144,17 +188,19 @@ class Attention(nnx.Module):
       out = attention(q, k, v, q_positions=positions_BxT, kv_positions=positions_BxT,
                       impl=cfg.attention_impl, **kw)
     else:
-      s = ck.shape[1]
+      s = cv.shape[2]
       slots_BxS = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
       written_BxS = slots_BxS <= positions_BxT[:, -1:]
       mesh = jax.sharding.get_abstract_mesh()
       seq = dict(mesh.shape).get("sequence", 1) if mesh is not None and mesh.shape else 1
+      # The kernels take keys as [B, S, K, H].
+      ck_s, cv_s = jnp.transpose(ck, (0, 3, 1, 2)), jnp.swapaxes(cv, 1, 2)
       if cfg.attention_impl == "ring" and seq > 1:
-        out = sharded_decode_attention(q, ck, cv, q_positions=positions_BxT,
+        out = sharded_decode_attention(q, ck_s, cv_s, q_positions=positions_BxT,
                                        kv_positions=slots_BxS, kv_valid=written_BxS, mesh=mesh,
                                        **kw)
       else:
-        out = attention(q, ck, cv, q_positions=positions_BxT, kv_positions=slots_BxS,
+        out = attention(q, ck_s, cv_s, q_positions=positions_BxT, kv_positions=slots_BxS,
                         kv_valid=written_BxS, impl="blockwise" if window is None else "sparse",
                         **kw)
     return out, (ck, cv)
@@ -207,20 +253,19 @@ class Attention(nnx.Module):
                       impl=cfg.attention_impl, window=window, num_sinks=cfg.attention_sinks,
                       block_size=cfg.attention_block_size)
     else:
+      kv_heads_major = cache_kv is not None
       if cache_kv is not None:
-        ck, cv = cache_kv
-        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
-        ck = write(ck, k.astype(ck.dtype), write_index_B)
-        cv = write(cv, v.astype(cv.dtype), write_index_B)
+        ck = write_kv(cache_kv[0], k, write_index_B, keys=True)
+        cv = write_kv(cache_kv[1], v, write_index_B)
         k, v, new_kv = ck, cv, (ck, cv)
         if window:
-          slots_BxS = jnp.broadcast_to(jnp.arange(ck.shape[1]), ck.shape[:2])
+          slots_BxS = jnp.broadcast_to(jnp.arange(cv.shape[2]), (cv.shape[0], cv.shape[2]))
           mask_BxTxS &= attention_mask(positions_BxT, slots_BxS, None, window,
                                        cfg.attention_sinks)
       elif window:  # soft-capped windowed layer without a cache (Gemma2)
         mask_BxTxS &= attention_mask(positions_BxT, positions_BxT, None, window,
                                      cfg.attention_sinks)
-      out = dense_attention(q, k, v, mask_BxTxS, scale, cfg.attn_logit_softcap)
+      out = dense_attention(q, k, v, mask_BxTxS, scale, cfg.attn_logit_softcap, kv_heads_major)
     y = jnp.einsum("btnh,nhd->btd", out, self.wo[...].astype(dt))
     return y, new_kv
 
@@ -236,8 +281,11 @@ class MLP(nnx.Module):
 
   def __call__(self, x_BxTxD):
     dt = self.cfg.jnp_dtype
-    gate = jnp.einsum("btd,df->btf", x_BxTxD, self.w_gate[...].astype(dt))
-    up = jnp.einsum("btd,df->btf", x_BxTxD, self.w_up[...].astype(dt))
+    # Gate and up in one matmul over stacked weights (on CPU one [D, 2F] product
+    # is faster than two [D, F] ones; stacking keeps the mlp sharding).
+    w_DxCxF = jnp.stack([self.w_gate[...], self.w_up[...]], axis=1).astype(dt)
+    gu = jnp.einsum("btd,dcf->btcf", x_BxTxD, w_DxCxF)
+    gate, up = gu[..., 0, :], gu[..., 1, :]
     if self.cfg.mlp_activation == "gelu_tanh":
       act = jax.nn.gelu(gate, approximate=True)
     else:
@@ -286,13 +334,14 @@ class Decoder(nnx.Module):
     if self.cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activation dtype
       x = x * jnp.asarray(self.cfg.d_model ** 0.5, x.dtype)
     x = constrain(x, ("batch", "seq", "embed"))
+    ks, vs = (None, None) if cache is None else (list(cache.k), list(cache.v))
     for i, block in enumerate(self.blocks):
-      layer_kv = None if cache is None else (cache.k[i], cache.v[i])
+      layer_kv = None if cache is None else (ks[i], vs[i])
       x, kv = block(x, positions_BxT, mask_BxTxS, layer_kv, write_index_B)
       if kv is not None:
-        # Written back layer by layer (in place in XLA), not restacked: a
-        # stack would copy the whole cache on every decode step.
-        cache = KVCache(cache.k.at[i].set(kv[0]), cache.v.at[i].set(kv[1]))
+        ks[i], vs[i] = kv
+    if cache is not None:
+      cache = KVCache(tuple(ks), tuple(vs))
     return self.final_norm(x), cache
 
 

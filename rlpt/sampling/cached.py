@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlpt.models import KVCache, ModelConfig, init_cache
+from rlpt.models import KVCache, ModelConfig, init_cache, write_kv
 from rlpt.models.transformer import apply_rope
 from rlpt.sampling.logits import SamplingParams, sample_token
 from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, dequantize_kv,
@@ -49,46 +49,48 @@ def write_layer(cache: AnyKV, layer: int, k_BxTxKxH: jax.Array, v_BxTxKxH: jax.A
                 slot_B: jax.Array) -> AnyKV:
   """Writes T new keys/values of each row at that row's slot (in place under jit)."""
 
-  def put(buf_LxBxSx, new_BxTx):
-    row = lambda c, u, s: jax.lax.dynamic_update_slice(
-        c, u[None].astype(c.dtype), (layer, s) + (0,) * (c.ndim - 2))
-    return jax.vmap(row, in_axes=(1, 0, 0), out_axes=1)(buf_LxBxSx, new_BxTx, slot_B)
+  def put(bufs, new_BxTx, keys=False):
+    if new_BxTx.ndim == 3:  # int8 scales [B, T, K] -> [B, K, S]
+      new = write_kv(bufs[layer][..., None], new_BxTx[..., None], slot_B)[..., 0]
+    else:
+      new = write_kv(bufs[layer], new_BxTx, slot_B, keys=keys)
+    return bufs[:layer] + (new,) + bufs[layer + 1:]
 
   if isinstance(cache, Int8KVCache):
     kq, ks = quantize_kv(k_BxTxKxH)
     vq, vs = quantize_kv(v_BxTxKxH)
-    return Int8KVCache(put(cache.k, kq), put(cache.v, vq), put(cache.k_scale, ks),
+    return Int8KVCache(put(cache.k, kq, keys=True), put(cache.v, vq), put(cache.k_scale, ks),
                        put(cache.v_scale, vs))
-  return KVCache(put(cache.k, k_BxTxKxH), put(cache.v, v_BxTxKxH))
+  return KVCache(put(cache.k, k_BxTxKxH, keys=True), put(cache.v, v_BxTxKxH))
 
 
 def read_layer(cache: AnyKV, layer: int) -> tuple[jax.Array, jax.Array]:
-  """One layer's keys and values as fp32 [B, S, K, H]."""
+  """One layer's keys [B, K, H, S] and values [B, K, S, H] in fp32."""
   if isinstance(cache, Int8KVCache):
-    return (dequantize_kv(cache.k[layer], cache.k_scale[layer]),
-            dequantize_kv(cache.v[layer], cache.v_scale[layer]))
+    k = cache.k[layer].astype(jnp.float32) * cache.k_scale[layer][:, :, None, :]
+    return k, dequantize_kv(cache.v[layer], cache.v_scale[layer])
   return cache.k[layer].astype(jnp.float32), cache.v[layer].astype(jnp.float32)
 
 
-def attention_with_lse(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH,
+def attention_with_lse(q_BxTxNxH, k_BxKxHxS, v_BxKxSxH,
                        mask_BxTxS) -> tuple[jax.Array, jax.Array]:
   """Softmax attention in fp32 that also returns the log-sum-exp of the scores.
 
-  Returns (out [B, T, N, H] normalised over the visible keys, lse [B, T, N]).
+  Keys [B, K, H, S] and values [B, K, S, H] (a cache layer, ``read_layer``). Returns (out [B, T, N, H] normalised over the visible keys, lse [B, T, N]).
   A query that sees no key gets out 0 and lse -inf, so it drops out of a
   log-sum-exp merge (``merge_attention``).
   """
   b, t, n, h = q_BxTxNxH.shape
-  kh = k_BxSxKxH.shape[2]
+  kh = k_BxKxHxS.shape[1]
   q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
-  s_BxKxGxTxS = jnp.einsum("btkgh,bskh->bkgts", q, k_BxSxKxH.astype(jnp.float32)) * h ** -0.5
+  s_BxKxGxTxS = jnp.einsum("btkgh,bkhs->bkgts", q, k_BxKxHxS.astype(jnp.float32)) * h ** -0.5
   s_BxKxGxTxS = jnp.where(mask_BxTxS[:, None, None], s_BxKxGxTxS, -jnp.inf)
   m = jnp.max(s_BxKxGxTxS, axis=-1, keepdims=True)
   m = jnp.where(jnp.isfinite(m), m, 0.0)
   p = jnp.exp(s_BxKxGxTxS - m)
   denom = jnp.sum(p, axis=-1, keepdims=True)
-  out = jnp.einsum("bkgts,bskh->btkgh", p / jnp.where(denom == 0, 1.0, denom),
-                   v_BxSxKxH.astype(jnp.float32))
+  out = jnp.einsum("bkgts,bksh->btkgh", p / jnp.where(denom == 0, 1.0, denom),
+                   v_BxKxSxH.astype(jnp.float32))
   lse_BxKxGxT = (m + jnp.log(denom))[..., 0]
   return out.reshape(b, t, n, h), jnp.moveaxis(lse_BxKxGxT, 3, 1).reshape(b, t, n)
 
@@ -168,7 +170,7 @@ class FlatLayout:
   def attend(self, cache: AnyKV, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
     cache = write_layer(cache, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0])
     k, v = read_layer(cache, layer)
-    mask_BxTxS = jnp.arange(k.shape[1])[None, None, :] <= positions_BxT[:, :, None]
+    mask_BxTxS = jnp.arange(v.shape[2])[None, None, :] <= positions_BxT[:, :, None]
     out, _ = attention_with_lse(q_BxTxNxH, k, v, mask_BxTxS)
     return out, cache
 

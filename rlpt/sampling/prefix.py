@@ -36,8 +36,9 @@ from rlpt.sampling.cached import (AnyKV, FlatLayout, attention_with_lse, merge_a
 
 
 class PrefixCache(NamedTuple):
-  """prefix: [L, P, S_p, K, H] (one per group); prefix_len_P: valid prefix slots;
-  suffix: [L, P * G, S_s, K, H] (one per row). fp32 KVCache or Int8KVCache."""
+  """prefix: a cache of P rows (one per group) and S_p slots; prefix_len_P: valid
+  prefix slots; suffix: a cache of P * G rows (one per row) and S_s slots. fp32
+  KVCache or Int8KVCache (rlpt.models.KVCache has the per-layer layout)."""
 
   prefix: AnyKV
   prefix_len_P: jax.Array
@@ -68,13 +69,13 @@ class PrefixLayout:
     plen_B = jnp.repeat(cache.prefix_len_P, g)
     suffix = write_layer(cache.suffix, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0] - plen_B)
     ks, vs = read_layer(suffix, layer)
-    key_pos_BxS = plen_B[:, None] + jnp.arange(ks.shape[1])[None, :]
+    key_pos_BxS = plen_B[:, None] + jnp.arange(vs.shape[2])[None, :]
     o_suf, lse_suf = attention_with_lse(q_BxTxNxH, ks, vs,
                                         key_pos_BxS[:, None, :] <= positions_BxT[:, :, None])
     kp, vp = read_layer(cache.prefix, layer)
     mask_PxQxS = jnp.broadcast_to(
-        jnp.arange(kp.shape[1])[None, None, :] < cache.prefix_len_P[:, None, None],
-        (p, g * t, kp.shape[1]))
+        jnp.arange(vp.shape[2])[None, None, :] < cache.prefix_len_P[:, None, None],
+        (p, g * t, vp.shape[2]))
     o_pre, lse_pre = attention_with_lse(q_BxTxNxH.reshape(p, g * t, n, h), kp, vp, mask_PxQxS)
     out = merge_attention(o_pre.reshape(b, t, n, h), lse_pre.reshape(b, t, n), o_suf, lse_suf)
     return out, cache._replace(suffix=suffix)

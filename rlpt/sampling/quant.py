@@ -90,18 +90,27 @@ def tree_bytes(tree) -> int:
 
 
 class Int8KVCache(NamedTuple):
-  """Per-layer int8 key/value buffers [L, B, S, K, H] and fp32 scales [L, B, S, K]."""
+  """Per layer: int8 keys [B, K, H, S] and values [B, K, S, H] (the layout of
+  rlpt.models.KVCache), and their fp32 scales [B, K, S]."""
 
-  k: jax.Array
-  v: jax.Array
-  k_scale: jax.Array
-  v_scale: jax.Array
+  k: tuple[jax.Array, ...]
+  v: tuple[jax.Array, ...]
+  k_scale: tuple[jax.Array, ...]
+  v_scale: tuple[jax.Array, ...]
+
+  @property
+  def length(self) -> int:
+    return self.k[0].shape[2]
 
 
 def init_int8_cache(cfg: ModelConfig, batch: int, length: int) -> Int8KVCache:
-  shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
-  return Int8KVCache(jnp.zeros(shape, jnp.int8), jnp.zeros(shape, jnp.int8),
-                     jnp.ones(shape[:-1], jnp.float32), jnp.ones(shape[:-1], jnp.float32))
+  shape = (batch, cfg.num_kv_heads, length, cfg.head_dim)
+  k_shape = (batch, cfg.num_kv_heads, cfg.head_dim, length)
+  per_layer = lambda make: tuple(make() for _ in range(cfg.num_layers))
+  return Int8KVCache(per_layer(lambda: jnp.zeros(k_shape, jnp.int8)),
+                     per_layer(lambda: jnp.zeros(shape, jnp.int8)),
+                     per_layer(lambda: jnp.ones(shape[:-1], jnp.float32)),
+                     per_layer(lambda: jnp.ones(shape[:-1], jnp.float32)))
 
 
 def quantize_kv(x_BxTxKxH: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -113,5 +122,5 @@ def quantize_kv(x_BxTxKxH: jax.Array) -> tuple[jax.Array, jax.Array]:
   return q, scale
 
 
-def dequantize_kv(q_BxSxKxH: jax.Array, scale_BxSxK: jax.Array) -> jax.Array:
-  return q_BxSxKxH.astype(jnp.float32) * scale_BxSxK[..., None]
+def dequantize_kv(q_BxKxSxH: jax.Array, scale_BxKxS: jax.Array) -> jax.Array:
+  return q_BxKxSxH.astype(jnp.float32) * scale_BxKxS[..., None]

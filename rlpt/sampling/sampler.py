@@ -22,7 +22,7 @@ from flax import nnx
 
 from rlpt.models import KVCache, ModelConfig, causal_mask, init_cache
 from rlpt.sharding import constrain
-from rlpt.sharding.rules import KV_CACHE_AXES
+from rlpt.sharding.rules import K_CACHE_AXES, KV_CACHE_AXES
 from rlpt.sampling.logits import SamplingParams, sample_token
 
 
@@ -90,7 +90,8 @@ class Sampler:
       # Whole blocks, divisible by any sequence-axis size up to 128.
       length = -(-length // 128) * 128
     cache = init_cache(self.model_cfg, b, length)
-    cache = KVCache(constrain(cache.k, KV_CACHE_AXES), constrain(cache.v, KV_CACHE_AXES))
+    cache = KVCache(tuple(constrain(c, K_CACHE_AXES) for c in cache.k),
+                    tuple(constrain(c, KV_CACHE_AXES) for c in cache.v))
     logits_BxV, cache = _prefill(self, params, jnp.asarray(prompts_BxP, jnp.int32),
                                  jnp.asarray(prompt_lengths_B, jnp.int32), cache)
     state = _DecodeState(
@@ -112,7 +113,7 @@ class Sampler:
 def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
   model = nnx.merge(sampler.graphdef, params)
   b, p = prompts_BxP.shape
-  s = cache.k.shape[2]
+  s = cache.length
   positions_BxP = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
   key_pos_BxS = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
   mask = (None if sampler.long_context else
@@ -127,7 +128,7 @@ def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
 def _decode(sampler: Sampler, params, state: _DecodeState, sampling: SamplingParams):
   model = nnx.merge(sampler.graphdef, params)
   b = state.done_B.shape[0]
-  s_len = state.cache.k.shape[2]
+  s_len = state.cache.length
   key_pos_BxS = jnp.broadcast_to(jnp.arange(s_len, dtype=jnp.int32), (b, s_len))
   stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
 

@@ -13,6 +13,7 @@ from rlpt.sharding.mesh import MESH_AXES, make_mesh
 from rlpt.sharding.rules import (
     DEFAULT_RULES,
     KV_CACHE_AXES,
+    K_CACHE_AXES,
     LOGICAL_AXES,
     SAMPLE_RULES,
     Rules,
@@ -30,6 +31,7 @@ __all__ = [
     "make_mesh",
     "DEFAULT_RULES",
     "KV_CACHE_AXES",
+    "K_CACHE_AXES",
     "LOGICAL_AXES",
     "SAMPLE_RULES",
     "Rules",

@@ -26,7 +26,7 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding
 
 from rlpt.models import ModelConfig, Transformer, ValueModel, init_cache
 from rlpt.sharding.mesh import MESH_AXES, resolve_mesh_shape
-from rlpt.sharding.rules import (KV_CACHE_AXES, Rules, logical_to_spec, per_device_bytes,
+from rlpt.sharding.rules import (K_CACHE_AXES, KV_CACHE_AXES, Rules, logical_to_spec, per_device_bytes,
                                  state_shardings)
 
 GiB = 1024 ** 3
@@ -69,10 +69,12 @@ def model_bytes(model_cls, model_cfg: ModelConfig, mesh, rules: Rules) -> dict[s
 
 def kv_cache_bytes(model_cfg: ModelConfig, batch: int, length: int, mesh, rules: Rules) -> int:
   cache = jax.eval_shape(lambda: init_cache(model_cfg, batch, length))
-  sh = NamedSharding(mesh, logical_to_spec(KV_CACHE_AXES, rules))
-  for x in cache:
+  k_sh = NamedSharding(mesh, logical_to_spec(K_CACHE_AXES, rules))
+  v_sh = NamedSharding(mesh, logical_to_spec(KV_CACHE_AXES, rules))
+  shs = type(cache)(tuple(k_sh for _ in cache.k), tuple(v_sh for _ in cache.v))
+  for x, sh in zip(jax.tree.leaves(cache), jax.tree.leaves(shs)):
     sh.shard_shape(x.shape)  # raises if a dimension does not divide
-  return per_device_bytes(tuple(cache), (sh, sh))
+  return per_device_bytes(cache, shs)
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, mesh, rules: Rules) -> int:

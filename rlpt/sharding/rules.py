@@ -45,8 +45,10 @@ SAMPLE_RULES: Rules = (
     ("vocab", "tensor"),
 )
 
-# KV cache [layers, B, S, K, H] in logical axes (layers are never sharded).
-KV_CACHE_AXES = (None, "batch", "seq", "kv_heads", "head_dim")
+# One layer of the KV cache in logical axes: keys [B, K, H, S], values [B, K, S, H]
+# (rlpt.models.KVCache).
+KV_CACHE_AXES = ("batch", "kv_heads", "seq", "head_dim")
+K_CACHE_AXES = ("batch", "kv_heads", "head_dim", "seq")
 
 _CONTEXT = threading.local()
 
