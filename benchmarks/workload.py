@@ -36,7 +36,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-_RUNS = flags.DEFINE_integer("runs", 3, "Repetitions of the whole measurement.")
 
 VOCAB, PROMPT = 512, 32
 SAMPLE_ROWS, SAMPLE_NEW = 32, 128
@@ -107,8 +106,8 @@ def measure(seed: int = 0) -> dict:
   from rlpt.rl import LossConfig, grpo_advantages, loss_counts
   from rlpt.rollout import build_sequences
   from rlpt.sampling import Sampler, SamplingParams
-  from rlpt.steps import (Counts, RLBatch, init_train_state, make_optimizer, rl_train_step,
-                          sequence_logprobs)
+  from rlpt.steps import (Counts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
+                          rl_train_step, sequence_logprobs)
 
   cfg = model_config()
   graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(seed)))
@@ -135,10 +134,14 @@ def measure(seed: int = 0) -> dict:
                         aggregation="token-mean", norm_len=GRPO_NEW)
   gsampler = Sampler(graphdef, cfg, PROMPT, GRPO_NEW, 0, ())
   ggen = jax.jit(lambda p, ids, lens, key: gsampler.generate(p, ids, lens, key, sampling))
-  logprobs = jax.jit(lambda p, t: sequence_logprobs(graphdef, p, t, sampling))
+  # Each group's 8 rows share their 32 prompt tokens: the reference pass and the
+  # update run each prompt once (same log-probs and gradients; rlpt.steps.SharedPrefix).
+  shared = SharedPrefix(PROMPT, GROUP)
+  logprobs = jax.jit(lambda p, t: sequence_logprobs(graphdef, p, t, sampling, shared))
   update = jax.jit(lambda s, b, c, k: rl_train_step(s, b, c, k, graphdef=graphdef,
                                                      optimizer=optimizer, loss_cfg=loss_cfg,
-                                                     sampling=sampling), donate_argnums=0)
+                                                     sampling=sampling, shared=shared),
+                   donate_argnums=0)
   rows = GRPO_PROMPTS * GROUP
 
   def step(state, i):
@@ -183,7 +186,7 @@ def main(_):
   print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; "
         f"fp32 matmul roofline {roof:.0f} GFLOP/s")
   runs = []
-  for r in range(_RUNS.value):
+  for r in range(flags.FLAGS.runs):
     m = measure(seed=r)
     runs.append(m)
     print(f"run {r}: sampler {m['sample_tok_s']:,.0f} tok/s; GRPO step {m['step_s']:.3f} s "
@@ -215,4 +218,5 @@ def main(_):
 
 
 if __name__ == "__main__":
+  flags.DEFINE_integer("runs", 3, "Repetitions of the whole measurement.")
   app.run(main)

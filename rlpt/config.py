@@ -487,6 +487,11 @@ class RLConfig:
   # tis_cap), truncated importance sampling for the sampler's mismatch.
   recompute_old_logp: bool = False
   tis_cap: float = 2.0
+  # The reference pass, old log-probs and the update run each GRPO group's
+  # shared prompt once instead of once per sample (same log-probs and
+  # gradients; rlpt.steps.SharedPrefix). With minibatches > 1, minibatches
+  # are then drawn as whole groups.
+  shared_prefix: bool = True
 
   def __post_init__(self):
     _require(self.tis_cap >= 1.0, f"rl.tis_cap must be >= 1, got {self.tis_cap}.")

@@ -16,7 +16,7 @@ import optax
 from flax import nnx
 
 from rlpt.config import OptimConfig
-from rlpt.models import causal_mask
+from rlpt.models import causal_mask, init_cache
 from rlpt.rl import (LossConfig, ValueLossConfig, entropy_from_logits, policy_objective,
                      value_objective)
 from rlpt.sampling.logits import SamplingParams, token_logprobs
@@ -83,35 +83,106 @@ def init_train_state(params: nnx.State, optimizer: optax.GradientTransformation)
   return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
 
 
-def forward_logits(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array) -> jax.Array:
-  """Logits [B, L, V] of a full causal pass with positions 0..L-1."""
+class SharedPrefix(NamedTuple):
+  """Batch layout promise: each run of ``group`` consecutive rows has the same
+  first ``length`` tokens (a GRPO group's prompt). Static (hashable)."""
+
+  length: int
+  group: int
+
+
+def forward_logits(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array,
+                   shared: SharedPrefix | None = None) -> jax.Array:
+  """Logits [B, L, V] of a full causal pass with positions 0..L-1.
+
+  With ``shared``, the shared prefix of each group runs once (its keys and
+  values are then read by all the group's rows), which computes the same
+  logits, and through autodiff the same gradients (the prefix's are summed
+  over its rows), with ``(group - 1) * length`` fewer token passes per group.
+  The rows must hold the promise (``check_shared_prefix``); models with a
+  non-dense attention_impl ignore it (their kernels take no cache).
+  """
   model = nnx.merge(graphdef, params)
   b, l = tokens_BxL.shape
+  if shared is not None and 0 < shared.length < l and shared.group > 1 and (
+      model.cfg.attention_impl == "dense"):
+    return _forward_shared_prefix(model, tokens_BxL, shared)
   positions = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
   logits, _ = model(tokens_BxL, positions, causal_mask(positions, positions))
   return logits
 
 
+def _forward_shared_prefix(model, tokens_BxL: jax.Array, shared: SharedPrefix) -> jax.Array:
+  b, l = tokens_BxL.shape
+  n, g = shared.length, shared.group
+  if b % g:
+    raise ValueError(f"a shared prefix needs whole groups: {b} rows, group {g}.")
+  p = b // g
+  key_pos = jnp.arange(l, dtype=jnp.int32)
+  # The prefix of each group (row 0 of the group), cached at slots 0..n-1.
+  pre_pos = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (p, n))
+  pre_logits, cache = model(tokens_BxL[::g, :n], pre_pos,
+                            causal_mask(pre_pos, jnp.broadcast_to(key_pos, (p, l))),
+                            init_cache(model.cfg, p, l), jnp.zeros((p,), jnp.int32))
+  cache = jax.tree.map(lambda c: jnp.repeat(c, g, axis=0), cache)
+  # Every row's own tokens after the prefix, attending to the prefix and themselves.
+  suf_pos = jnp.broadcast_to(jnp.arange(n, l, dtype=jnp.int32), (b, l - n))
+  suf_logits, _ = model(tokens_BxL[:, n:], suf_pos,
+                        causal_mask(suf_pos, jnp.broadcast_to(key_pos, (b, l))), cache,
+                        jnp.full((b,), n, jnp.int32))
+  return jnp.concatenate([jnp.repeat(pre_logits, g, axis=0), suf_logits], axis=1)
+
+
+def find_shared_prefix(tokens_BxL, group: int, multiple: int = 16) -> SharedPrefix | None:
+  """The SharedPrefix a host batch holds: the shortest common prefix of its
+  groups' rows, rounded down to ``multiple`` (so that few lengths compile) and
+  short of the last scored position; None if that is 0 or groups are 1 row."""
+  import numpy as np
+  t = np.asarray(tokens_BxL)
+  b, l = t.shape
+  if group < 2 or b % group:
+    return None
+  same = np.all(t.reshape(b // group, group, l) == t[::group, None, :], axis=1)
+  first_diff = np.argmin(np.concatenate([same, np.zeros((b // group, 1), bool)], axis=1), axis=1)
+  n = min(int(first_diff.min()), l - 2) // multiple * multiple
+  return SharedPrefix(n, group) if n > 0 else None
+
+
+def check_shared_prefix(tokens_BxL, shared: SharedPrefix) -> None:
+  """Raises if the rows (host or device array) break the SharedPrefix promise."""
+  import numpy as np
+  t = np.asarray(tokens_BxL)
+  if t.shape[0] % shared.group:
+    raise ValueError(f"{t.shape[0]} rows are not whole groups of {shared.group}.")
+  pre = t[:, :shared.length].reshape(-1, shared.group, shared.length)
+  bad = np.nonzero(~np.all(pre == pre[:, :1], axis=(1, 2)))[0]
+  if bad.size:
+    raise ValueError(f"groups {bad.tolist()[:8]} do not share their first {shared.length} "
+                     "tokens.")
+
+
 def sequence_logprobs(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array,
-                      sampling: SamplingParams) -> jax.Array:
+                      sampling: SamplingParams, shared: SharedPrefix | None = None) -> jax.Array:
   """Log-prob [B, L-1] of token t+1 given tokens <= t, under ``sampling``'s processing."""
-  logits = forward_logits(graphdef, params, tokens_BxL[:, :-1])
+  logits = forward_logits(graphdef, params, tokens_BxL[:, :-1], shared)
   return token_logprobs(logits, tokens_BxL[:, 1:], sampling)
 
 
 def rl_train_step(state: TrainState, batch: RLBatch, counts: Counts, kl_coef: jax.Array, *,
                   graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
-                  loss_cfg: LossConfig, sampling: SamplingParams) -> tuple[TrainState, dict]:
+                  loss_cfg: LossConfig, sampling: SamplingParams,
+                  shared: SharedPrefix | None = None) -> tuple[TrainState, dict]:
   """One policy-gradient update.
 
   ``counts`` are the whole batch's (all minibatches), so the loss scale does not
   depend on how the batch is split; ``kl_coef`` is the current KL-in-the-loss
-  coefficient (a fixed or adaptive controller's value).
+  coefficient (a fixed or adaptive controller's value); ``shared``: see
+  ``forward_logits``.
   """
 
   def loss_fn(params):
     return policy_loss(params, batch, counts, kl_coef, graphdef=graphdef, loss_cfg=loss_cfg,
-                       sampling=sampling)
+                       sampling=sampling, shared=shared)
 
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   return apply_gradients(state, grads, optimizer), {**metrics,
@@ -119,10 +190,10 @@ def rl_train_step(state: TrainState, batch: RLBatch, counts: Counts, kl_coef: ja
 
 
 def policy_loss(params: nnx.State, batch: RLBatch, counts: Counts, kl_coef: jax.Array, *,
-                graphdef: nnx.GraphDef, loss_cfg: LossConfig,
-                sampling: SamplingParams) -> tuple[jax.Array, dict]:
+                graphdef: nnx.GraphDef, loss_cfg: LossConfig, sampling: SamplingParams,
+                shared: SharedPrefix | None = None) -> tuple[jax.Array, dict]:
   """The policy objective of ``batch`` under ``params``: (loss, metrics)."""
-  logits = forward_logits(graphdef, params, batch.tokens[:, :-1])
+  logits = forward_logits(graphdef, params, batch.tokens[:, :-1], shared)
   logp = token_logprobs(logits, batch.tokens[:, 1:], sampling)
   entropy = entropy_from_logits(logits, sampling) if loss_cfg.entropy_coef > 0 else None
   return policy_objective(logp, batch.old_logp, batch.ref_logp, batch.advantages,

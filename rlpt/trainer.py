@@ -56,8 +56,9 @@ from rlpt.sampling.drafted import DraftedSampling
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import QuantizedState, quantize_params
 from rlpt.sharding import make_mesh, state_shardings
-from rlpt.steps import (Counts, RLBatch, ValueBatch, make_optimizer, rl_train_step,
-                        sequence_logprobs, sequence_values, value_train_step)
+from rlpt.steps import (Counts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
+                        make_optimizer, rl_train_step, sequence_logprobs, sequence_values,
+                        value_train_step)
 
 log = logging.getLogger(__name__)
 
@@ -120,22 +121,30 @@ class Trainer:
     rep = replicated(self.mesh)
     self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
     self._counts_sh = Counts(rep, rep)
-    if self.lora_cfg is None:
-      self._train_step = jit_step(rl_train_step, state_sh,
-                                  (self._batch_sh, self._counts_sh, rep), self.mesh,
-                                  rules=self.rules, graphdef=self.graphdef,
-                                  optimizer=self.optimizer, loss_cfg=loss_cfg,
-                                  sampling=self.sampling)
-    else:
+
+    # One compiled update and scoring pass per shared-prefix length (bucketed).
+    @functools.cache
+    def train_step_for(shared: SharedPrefix | None):
+      if self.lora_cfg is None:
+        return jit_step(rl_train_step, state_sh, (self._batch_sh, self._counts_sh, rep),
+                        self.mesh, rules=self.rules, graphdef=self.graphdef,
+                        optimizer=self.optimizer, loss_cfg=loss_cfg, sampling=self.sampling,
+                        shared=shared)
       lora_step = jit_step(lora_rl_train_step, state_sh,
                            (self.ref_sh, self._batch_sh, self._counts_sh, rep), self.mesh,
                            rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
-                           loss_cfg=loss_cfg, sampling=self.sampling, lora_cfg=self.lora_cfg)
-      self._train_step = lambda state, *rest: lora_step(state, self.ref_params, *rest)
-    self._logprobs = jax.jit(
-        with_rules(functools.partial(sequence_logprobs, self.graphdef, sampling=self.sampling),
-                   self.mesh, self.rules),
-        in_shardings=(self.ref_sh, bs2), out_shardings=bs2)
+                           loss_cfg=loss_cfg, sampling=self.sampling, lora_cfg=self.lora_cfg,
+                           shared=shared)
+      return lambda state, *rest: lora_step(state, self.ref_params, *rest)
+
+    @functools.cache
+    def logprobs_for(shared: SharedPrefix | None):
+      return jax.jit(
+          with_rules(functools.partial(sequence_logprobs, self.graphdef, sampling=self.sampling,
+                                       shared=shared), self.mesh, self.rules),
+          in_shardings=(self.ref_sh, bs2), out_shardings=bs2)
+
+    self._train_step_for, self._logprobs_for = train_step_for, logprobs_for
     self.kl_ctl = make_kl_controller(
         cfg.rl.kl_controller, cfg.rl.kl_beta,
         **({"target": cfg.rl.kl_target, "horizon": cfg.rl.kl_horizon}
@@ -446,6 +455,15 @@ class Trainer:
   # --------------------------------------------------------------------------
   # Update.
 
+  def _shared_prefix(self, tokens_BxL: np.ndarray) -> SharedPrefix | None:
+    """The prefix every GRPO group of the batch shares (its rows' common first
+    tokens, at least BOS + prompt), rounded down to a multiple of 8 so that few
+    lengths compile; None when sharing is off or would save nothing."""
+    g, mb = self.cfg.rollout.group_size, self.cfg.rl.minibatches
+    if not self.cfg.rl.shared_prefix or (len(tokens_BxL) // mb) % g:
+      return None
+    return find_shared_prefix(tokens_BxL, g, multiple=8)
+
   def _advantages(self, arrays, ref_logp, values):
     """Advantages and value targets for a graded batch; applies reward shaping."""
     cfg, rl = self.cfg, self.cfg.rl
@@ -539,19 +557,22 @@ class Trainer:
     timings["async/staleness"] = float(self.step - version)
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     t = time.perf_counter()
+    shared = self._shared_prefix(arrays["tokens"])
+    logprobs = self._logprobs_for(shared)
+    timings["batch/shared_prefix"] = float(shared.length if shared else 0)
     tokens = host_to_global(arrays["tokens"], bs2)
     if self._recompute_logp:
       # Behaviour log-probs from the policy itself; the sampler's (int8)
       # log-probs only enter through the truncated importance weights.
       sampler_logp = arrays["old_logp"]
       with self.busy.busy():
-        arrays["old_logp"] = to_host(self._logprobs(self.policy_params(), tokens))
+        arrays["old_logp"] = to_host(logprobs(self.policy_params(), tokens))
       is_weight, is_metrics = truncated_is_weights(arrays["old_logp"], sampler_logp,
                                                    arrays["loss_mask"], cfg.rl.tis_cap)
       timings.update(is_metrics)
     ref = to_device(self.ref_params, self.ref_sh) if self.ref_on_host else self.ref_params
     with self.busy.busy():
-      ref_logp = to_host(self._logprobs(ref, tokens))
+      ref_logp = to_host(logprobs(ref, tokens))
       del ref
       values = None
       if self.value_state is not None:
@@ -584,15 +605,23 @@ class Trainer:
     order_rng = np.random.default_rng(cfg.seed * 7919 + self.step)
     metric_sums: dict[str, float] = collections.defaultdict(float)
     n_updates = 0
+    train_step = self._train_step_for(shared)
     for _ in range(cfg.rl.ppo_epochs):
-      perm = order_rng.permutation(cfg.rollout.batch_size) if mb > 1 else np.arange(size)
+      if mb == 1:
+        perm = np.arange(size)
+      elif shared is not None:  # minibatches of whole groups
+        g = shared.group
+        perm = (order_rng.permutation(cfg.rollout.batch_size // g)[:, None] * g
+                + np.arange(g)).ravel()
+      else:
+        perm = order_rng.permutation(cfg.rollout.batch_size)
       for k in range(mb):
         idx = perm[k * size:(k + 1) * size]
         # Each minibatch's loss is normalised by the whole batch's counts, so
         # one epoch's gradients add up to the full-batch objective.
         mini = host_to_global(RLBatch(*(x[idx] for x in batch)), self._batch_sh)
         with self.busy.busy():
-          self.state, m = self._train_step(self.state, mini, g_counts, g_kl_coef)
+          self.state, m = train_step(self.state, mini, g_counts, g_kl_coef)
           if vbatch is not None:
             vmini = host_to_global(ValueBatch(*(x[idx] for x in vbatch)), self._value_batch_sh)
             self.value_state, vm = self._value_step(self.value_state, vmini, g_counts)

@@ -142,7 +142,7 @@ def num_adapter_params(adapters: nnx.State) -> int:
 
 
 def lora_rl_train_step(state, base: nnx.State, batch, counts, kl_coef, *, graphdef, optimizer,
-                       loss_cfg, sampling, lora_cfg: LoraConfig):
+                       loss_cfg, sampling, lora_cfg: LoraConfig, shared=None):
   """``rlpt.steps.rl_train_step`` with ``state.params`` = the adapters.
 
   ``base`` is a plain argument, not differentiated: its gradient is never
@@ -153,7 +153,7 @@ def lora_rl_train_step(state, base: nnx.State, batch, counts, kl_coef, *, graphd
 
   def loss_fn(adapters):
     return policy_loss(apply_lora(base, adapters, lora_cfg), batch, counts, kl_coef,
-                       graphdef=graphdef, loss_cfg=loss_cfg, sampling=sampling)
+                       graphdef=graphdef, loss_cfg=loss_cfg, sampling=sampling, shared=shared)
 
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   return apply_gradients(state, grads, optimizer), {**metrics,

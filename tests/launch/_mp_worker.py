@@ -56,7 +56,7 @@ synthetic = RLBatch(rng.integers(3, 259, (b, l)).astype(np.int32),
                     rng.standard_normal((b, l - 1)).astype(np.float32))
 n = np.float32(synthetic.loss_mask.sum())
 counts = host_to_global(Counts(n, np.float32(b)), trainer._counts_sh)
-state, m = trainer._train_step(trainer.state, host_to_global(synthetic, trainer._batch_sh),
+state, m = trainer._train_step_for(None)(trainer.state, host_to_global(synthetic, trainer._batch_sh),
                                counts, host_to_global(np.float32(0.05), replicated(trainer.mesh)))
 params = to_host(state.params)
 checksum = float(sum(np.abs(x).astype(np.float64).sum() for x in jax.tree.leaves(params)))

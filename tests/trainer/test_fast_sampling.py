@@ -70,7 +70,7 @@ def test_prefix_shared_groups_sample_what_the_plain_sampler_samples(plain, base,
     np.testing.assert_allclose(b["old_logp"][m], a["old_logp"][m], atol=1e-4)
     # And the sampler's log-probs are the policy's (ratios start at exactly 1).
     import jax
-    lp = np.asarray(shared._logprobs(shared.policy_params(), jax.device_put(b["tokens"])))
+    lp = np.asarray(shared._logprobs_for(None)(shared.policy_params(), jax.device_put(b["tokens"])))
     mb = b["loss_mask"] > 0
     np.testing.assert_allclose(lp[mb], b["old_logp"][mb], atol=2e-4)
   finally:

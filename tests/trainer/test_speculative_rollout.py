@@ -37,7 +37,7 @@ def test_speculative_rollouts_carry_the_policy_logprobs(tmp_path, monkeypatch):
     assert max(moved) > 0
 
     arrays, _, _ = t._rollout_once(t.cfg.rollout.prompts_per_step)
-    lp = np.asarray(t._logprobs(t.policy_params(), jax.device_put(arrays["tokens"])))
+    lp = np.asarray(t._logprobs_for(None)(t.policy_params(), jax.device_put(arrays["tokens"])))
     mask = arrays["loss_mask"] > 0
     assert mask.sum() > 0
     np.testing.assert_allclose(lp[mask], arrays["old_logp"][mask], atol=2e-4)
