@@ -26,6 +26,9 @@ def _first_step(tmp, impl):
   cd.progress = False
   cd.base.cache_dir = str(tmp / "bases")
   cd.base.attention_impl = impl
+  # Shared-prefix scoring applies to dense attention only: off in both runs,
+  # so that they differ in the attention kernel alone.
+  cd.rl.shared_prefix = False
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp / (impl or "dense")))
   # The smoke base cannot retrieve; a reward with variance inside the group
   # (answer-length parity) gives the update a real gradient to compare.
