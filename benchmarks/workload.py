@@ -14,12 +14,16 @@ The workload (the same one benchmarks/peers/ runs in TRL and Tunix):
   tokens, temperature 1, reward = fraction of even token ids, one AdamW update
   (lr 1e-5) per batch, KL beta 0.04 to a frozen reference. Seconds per full
   step (generation + reference log-probs + update) after 2 warm-up steps,
-  median of 5.
+  median of 5. A group's 8 rows share its prompt, and rlpt runs the prompt
+  once per group: generation samples each group from one prefilled prompt
+  cache (``rollout.share_prefix``), the reference pass and the update score
+  it once (``rlpt.steps.SharedPrefix``, ``rl.shared_prefix``); the results
+  equal the per-row computation up to fp32 summation order.
 
-FLOPs: model FLOPs of the useful work (each token's matmuls, and attention
-over the keys it may see), counted analytically for generation (XLA's cost
-analysis counts a while-loop body once) and by XLA's cost analysis for the
-reference pass and the update. The roofline is the fp32 matmul rate measured
+FLOPs: the model FLOPs rlpt executes (each token's matmuls, and attention over
+the keys it may see; shared prompts counted once per group), counted
+analytically for generation (XLA's cost analysis counts a while-loop body
+once) and by XLA's cost analysis for the reference pass and the update. The roofline is the fp32 matmul rate measured
 in the same run (a 1024^3 matmul, best of 5).
 ``--runs`` repeats the whole measurement and prints median [min-max].
 """
@@ -85,9 +89,12 @@ def token_flops(cfg, position: int) -> float:
   return matmul + cfg.num_layers * 4 * (position + 1) * n * h
 
 
-def generation_flops(cfg, rows: int, prompt: int, new: int) -> float:
-  """Prefill of ``prompt`` tokens plus ``new`` decoded tokens, for ``rows`` rows."""
-  return rows * sum(token_flops(cfg, c) for c in range(prompt + new - 1))
+def generation_flops(cfg, rows: int, prompt: int, new: int, group: int = 1) -> float:
+  """Prefill of ``prompt`` tokens (once per ``group`` rows) plus ``new`` decoded
+  tokens, for ``rows`` rows."""
+  prefill = sum(token_flops(cfg, c) for c in range(prompt - 1))
+  decode = sum(token_flops(cfg, c) for c in range(prompt - 1, prompt + new - 1))
+  return rows // group * prefill + rows * decode
 
 
 def _flops(jitted, *args) -> float:
@@ -106,6 +113,8 @@ def measure(seed: int = 0) -> dict:
   from rlpt.rl import LossConfig, grpo_advantages, loss_counts
   from rlpt.rollout import build_sequences
   from rlpt.sampling import Sampler, SamplingParams
+  from rlpt.sampling.cached import FastSampler
+  from rlpt.sampling.prefix import PrefixLayout
   from rlpt.steps import (Counts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
                           rl_train_step, sequence_logprobs)
 
@@ -132,8 +141,10 @@ def measure(seed: int = 0) -> dict:
   state = init_train_state(params, optimizer)
   loss_cfg = LossConfig(policy_loss="ppo_clip", kl_beta=0.04, kl_estimator="k3",
                         aggregation="token-mean", norm_len=GRPO_NEW)
-  gsampler = Sampler(graphdef, cfg, PROMPT, GRPO_NEW, 0, ())
-  ggen = jax.jit(lambda p, ids, lens, key: gsampler.generate(p, ids, lens, key, sampling))
+  # Each group samples from its prompt's one prefilled cache (rollout.share_prefix:
+  # the same distribution; log-probs equal the trainer's, tests/sampling/test_prefix.py).
+  gsampler = FastSampler(graphdef, cfg, PROMPT, GRPO_NEW, 0, (), PrefixLayout(GROUP))
+  ggen = lambda p, ids, lens, key: gsampler.generate(p, ids, lens, key, sampling)
   # Each group's 8 rows share their 32 prompt tokens: the reference pass and the
   # update run each prompt once (same log-probs and gradients; rlpt.steps.SharedPrefix).
   shared = SharedPrefix(PROMPT, GROUP)
@@ -148,7 +159,8 @@ def measure(seed: int = 0) -> dict:
     t0 = time.perf_counter()
     gids = np.repeat(data["grpo"][i], GROUP, axis=0)
     glens = np.full((rows,), PROMPT, np.int32)
-    toks, logp, n = jax.device_get(ggen(state.params, gids, glens, jax.random.key(100 + i)))
+    toks, logp, n = jax.device_get(ggen(state.params, data["grpo"][i], glens[:GRPO_PROMPTS],
+                                        jax.random.key(100 + i)))
     t1 = time.perf_counter()
     seq = build_sequences(gids, glens, toks, n, logp, 0)
     tokens = jnp.asarray(seq.tokens)
@@ -174,7 +186,7 @@ def measure(seed: int = 0) -> dict:
     timings.append(tm)
   med = [statistics.median(t[k] for t in timings) for k in range(4)]
   out.update(step_s=med[0], gen_s=med[1], ref_s=med[2], update_s=med[3])
-  out["gen_flops"] = generation_flops(cfg, rows, PROMPT, GRPO_NEW)
+  out["gen_flops"] = generation_flops(cfg, rows, PROMPT, GRPO_NEW, GROUP)
   out["ref_flops"] = _flops(logprobs, reference, batch.tokens)
   counts = Counts(jnp.float32(1.0), jnp.float32(1.0))
   out["update_flops"] = _flops(update, state, batch, counts, jnp.float32(0.04))

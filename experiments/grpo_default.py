@@ -24,8 +24,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.steps = 200
   c.base.update(experiment="pretrain_base", arg="")
   c.domains.ids = list(domains.DEFAULT)
+  # share_prefix: each group of 8 samples from its prompt's one prefilled cache.
   c.rollout.update(batch_size=128, group_size=8, max_prompt_len=72, max_new_tokens=24,
-                   temperature=1.0)
+                   temperature=1.0, share_prefix=True)
   c.rl.update(advantage="grpo", policy_loss="ppo_clip", clip_eps=0.2, kl_beta=0.01,
               kl_estimator="k3", aggregation="token-mean")
   c.optim.update(learning_rate=1e-4, warmup_steps=5)
@@ -33,7 +34,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   if arg == "smoke":
     c.steps = 2
     c.base.arg = "smoke"
-    c.rollout.update(batch_size=16, group_size=4)
+    # 8 prompts per step: share_prefix splits prompts over up to 8 batch shards.
+    c.rollout.update(batch_size=32, group_size=4)
     c.eval.update(every=2, tasks_per_domain=4)
   elif arg:
     raise ValueError(f"Unknown grpo_default argument '{arg}'; expected '' or 'smoke'.")

@@ -76,23 +76,33 @@ def attention_with_lse(q_BxTxNxH, k_BxKxHxS, v_BxKxSxH,
                        mask_BxTxS) -> tuple[jax.Array, jax.Array]:
   """Softmax attention in fp32 that also returns the log-sum-exp of the scores.
 
-  Keys [B, K, H, S] and values [B, K, S, H] (a cache layer, ``read_layer``). Returns (out [B, T, N, H] normalised over the visible keys, lse [B, T, N]).
+  Keys [B, K, H, S] and values [B, K, S, H] (a cache layer, ``read_layer``).
+  Returns (out [B, T, N, H] normalised over the visible keys, lse [B, T, N]).
   A query that sees no key gets out 0 and lse -inf, so it drops out of a
-  log-sum-exp merge (``merge_attention``).
+  log-sum-exp merge (``merge_attention``). One query per row (decode) drops
+  the T axis, so that both products are plain batched matmuls.
   """
   b, t, n, h = q_BxTxNxH.shape
   kh = k_BxKxHxS.shape[1]
-  q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
-  s_BxKxGxTxS = jnp.einsum("btkgh,bkhs->bkgts", q, k_BxKxHxS.astype(jnp.float32)) * h ** -0.5
-  s_BxKxGxTxS = jnp.where(mask_BxTxS[:, None, None], s_BxKxGxTxS, -jnp.inf)
-  m = jnp.max(s_BxKxGxTxS, axis=-1, keepdims=True)
+  q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32) * jnp.float32(h ** -0.5)
+  k, v = k_BxKxHxS.astype(jnp.float32), v_BxKxSxH.astype(jnp.float32)
+  if t == 1:
+    s_BxKxGxS = jnp.einsum("bkgh,bkhs->bkgs", q[:, 0], k)
+    s_BxKxGxS = jnp.where(mask_BxTxS[:, :, None], s_BxKxGxS, -jnp.inf)
+  else:
+    s_BxKxGxS = jnp.einsum("btkgh,bkhs->bkgts", q, k)  # [B, K, G, T, S]
+    s_BxKxGxS = jnp.where(mask_BxTxS[:, None, None], s_BxKxGxS, -jnp.inf)
+  m = jnp.max(s_BxKxGxS, axis=-1, keepdims=True)
   m = jnp.where(jnp.isfinite(m), m, 0.0)
-  p = jnp.exp(s_BxKxGxTxS - m)
+  p = jnp.exp(s_BxKxGxS - m)
   denom = jnp.sum(p, axis=-1, keepdims=True)
-  out = jnp.einsum("bkgts,bksh->btkgh", p / jnp.where(denom == 0, 1.0, denom),
-                   v_BxKxSxH.astype(jnp.float32))
-  lse_BxKxGxT = (m + jnp.log(denom))[..., 0]
-  return out.reshape(b, t, n, h), jnp.moveaxis(lse_BxKxGxT, 3, 1).reshape(b, t, n)
+  p = p / jnp.where(denom == 0, 1.0, denom)
+  lse = (m + jnp.log(denom))[..., 0]
+  if t == 1:
+    out = jnp.einsum("bkgs,bksh->bkgh", p, v)
+    return out.reshape(b, 1, n, h), lse.reshape(b, 1, n)
+  out = jnp.einsum("bkgts,bksh->btkgh", p, v)
+  return out.reshape(b, t, n, h), jnp.moveaxis(lse, 3, 1).reshape(b, t, n)
 
 
 def merge_attention(out_a, lse_a, out_b, lse_b) -> jax.Array:
@@ -130,7 +140,9 @@ def cached_forward(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxT: jax.Ar
     return None, cache
   h = dec.final_norm(x).astype(jnp.float32)
   if cfg.tie_embeddings:
-    logits = jnp.einsum("btd,vd->btv", h, dec.embed[...]) * cfg.d_model ** -0.5
+    logits = jnp.einsum("btd,vd->btv", h, dec.embed[...])
+    if cfg.scale_tied_head:
+      logits = logits * cfg.d_model ** -0.5
   else:
     logits = jnp.einsum("btd,dv->btv", h, model.lm_head[...])
   return logits, cache
@@ -144,7 +156,7 @@ def check_model_cfg(cfg: ModelConfig):
                      f"is {cfg.attention_window} (use rlpt.sampling.Sampler).")
   plain = ModelConfig()
   unsupported = {name: getattr(cfg, name) for name in (
-      "scale_tied_head", "qkv_bias", "qk_norm", "norm_offset", "embed_scale", "mlp_activation",
+      "qkv_bias", "qk_norm", "norm_offset", "embed_scale", "mlp_activation",
       "post_norms", "attn_scale", "attn_logit_softcap", "final_logit_softcap", "layer_windows",
       "rope_scaling", "rope_local_theta") if getattr(cfg, name) != getattr(plain, name)}
   if unsupported:

@@ -125,3 +125,18 @@ def test_int8_samplers_greedy_agree_with_fp32(model):
   out = both.generate(quantize_params(params), ids, lengths, jax.random.key(0), SamplingParams(0.0))
   # Free-running agreement (a first divergence changes the rest of the row).
   assert (np.asarray(out.tokens) == np.asarray(ref.tokens)).mean() >= 0.9
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_cached_forward_tied_head_equals_model(scale):
+  """The fast paths' forward honours tie_embeddings with and without the
+  d_model**-0.5 head scale (Llama-style imports tie without it)."""
+  import dataclasses
+  cfg = dataclasses.replace(CFG, tie_embeddings=True, scale_tied_head=scale)
+  graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(4)))
+  tokens = jax.random.randint(jax.random.key(5), (2, 12), 0, cfg.vocab_size)
+  ref = forward_logits(graphdef, params, tokens)
+  pos = jnp.broadcast_to(jnp.arange(12), (2, 12))
+  got, _ = cached_forward(graphdef, params, tokens, pos, FlatLayout().init(cfg, 2, 12),
+                          FlatLayout().attend)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=2e-5, rtol=0)
