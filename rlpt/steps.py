@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -137,7 +138,6 @@ def find_shared_prefix(tokens_BxL, group: int, multiple: int = 16) -> SharedPref
   """The SharedPrefix a host batch holds: the shortest common prefix of its
   groups' rows, rounded down to ``multiple`` (so that few lengths compile) and
   short of the last scored position; None if that is 0 or groups are 1 row."""
-  import numpy as np
   t = np.asarray(tokens_BxL)
   b, l = t.shape
   if group < 2 or b % group:
@@ -150,7 +150,6 @@ def find_shared_prefix(tokens_BxL, group: int, multiple: int = 16) -> SharedPref
 
 def check_shared_prefix(tokens_BxL, shared: SharedPrefix) -> None:
   """Raises if the rows (host or device array) break the SharedPrefix promise."""
-  import numpy as np
   t = np.asarray(tokens_BxL)
   if t.shape[0] % shared.group:
     raise ValueError(f"{t.shape[0]} rows are not whole groups of {shared.group}.")

@@ -11,7 +11,7 @@ def test_plain_llama_block_is_accepted():
 
 
 @pytest.mark.parametrize("option", [
-    {"qkv_bias": True}, {"qk_norm": True}, {"embed_scale": True}, {"scale_tied_head": False},
+    {"qkv_bias": True}, {"qk_norm": True}, {"embed_scale": True},
     {"final_logit_softcap": 30.0}, {"mlp_activation": "gelu_tanh"},
 ])
 def test_imported_family_options_are_refused_by_name(option):
