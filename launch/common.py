@@ -20,7 +20,9 @@ def typed_config(cls, config_dict):
 def quiet_libraries() -> None:
   """Library INFO chatter (orbax, XLA) hides the progress bar; keep it to warnings
   unless the user asked for a verbosity with --verbosity / -v."""
-  if flags.FLAGS["verbosity"].using_default_value:
+  # `present`, not `using_default_value`: absl.app assigns the flag while
+  # starting, so it never reads as default.
+  if not flags.FLAGS["verbosity"].present:
     import logging as py_logging
     logging.set_verbosity(logging.WARNING)
     for name in ("", "jax", "orbax", "absl"):
