@@ -23,8 +23,9 @@ The workload (the same one benchmarks/peers/ runs in TRL and Tunix):
 FLOPs: the model FLOPs rlpt executes (each token's matmuls, and attention over
 the keys it may see; shared prompts counted once per group), counted
 analytically for generation (XLA's cost analysis counts a while-loop body
-once) and by XLA's cost analysis for the reference pass and the update. The roofline is the fp32 matmul rate measured
-in the same run (a 1024^3 matmul, best of 5).
+once) and by XLA's cost analysis for the reference pass and the update. The
+roofline is the fp32 matmul rate measured in the same run (a 1024^3 matmul,
+best of 5).
 ``--runs`` repeats the whole measurement and prints median [min-max].
 """
 

@@ -53,8 +53,8 @@ NAMES = {"rlpt": "rlpt", "trl": "TRL", "tunix": "Tunix"}
 def run_peer(peer: str, files: dict, out: str) -> dict:
   python = os.path.join(_VENVS.value, peer, "bin", "python")
   if not os.path.exists(python):
-    raise SystemExit(f"no virtual environment for {peer!r}: {python} does not exist "
-                     f"(`make bench-peers` creates it from benchmarks/peers/requirements-{peer}.txt).")
+    raise SystemExit(f"no virtual environment for {peer!r}: {python} does not exist (`make "
+                     f"bench-peers` creates it from benchmarks/peers/requirements-{peer}.txt).")
   cmd = [python, os.path.join(HERE, SCRIPTS[peer]), "--model_dir", files["model"],
          "--prompts", files["prompts"], "--out", out]
   log = out.replace(".json", ".log")

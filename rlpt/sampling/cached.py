@@ -86,15 +86,16 @@ def attention_with_lse(q_BxTxNxH, k_BxKxHxS, v_BxKxSxH,
   kh = k_BxKxHxS.shape[1]
   q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32) * jnp.float32(h ** -0.5)
   k, v = k_BxKxHxS.astype(jnp.float32), v_BxKxSxH.astype(jnp.float32)
+  # scores: [B, K, G, S] for one query per row, else [B, K, G, T, S].
   if t == 1:
-    s_BxKxGxS = jnp.einsum("bkgh,bkhs->bkgs", q[:, 0], k)
-    s_BxKxGxS = jnp.where(mask_BxTxS[:, :, None], s_BxKxGxS, -jnp.inf)
+    scores = jnp.einsum("bkgh,bkhs->bkgs", q[:, 0], k)
+    scores = jnp.where(mask_BxTxS[:, :, None], scores, -jnp.inf)
   else:
-    s_BxKxGxS = jnp.einsum("btkgh,bkhs->bkgts", q, k)  # [B, K, G, T, S]
-    s_BxKxGxS = jnp.where(mask_BxTxS[:, None, None], s_BxKxGxS, -jnp.inf)
-  m = jnp.max(s_BxKxGxS, axis=-1, keepdims=True)
+    scores = jnp.einsum("btkgh,bkhs->bkgts", q, k)
+    scores = jnp.where(mask_BxTxS[:, None, None], scores, -jnp.inf)
+  m = jnp.max(scores, axis=-1, keepdims=True)
   m = jnp.where(jnp.isfinite(m), m, 0.0)
-  p = jnp.exp(s_BxKxGxS - m)
+  p = jnp.exp(scores - m)
   denom = jnp.sum(p, axis=-1, keepdims=True)
   p = p / jnp.where(denom == 0, 1.0, denom)
   lse = (m + jnp.log(denom))[..., 0]

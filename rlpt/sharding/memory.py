@@ -26,8 +26,8 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding
 
 from rlpt.models import ModelConfig, Transformer, ValueModel, init_cache
 from rlpt.sharding.mesh import MESH_AXES, resolve_mesh_shape
-from rlpt.sharding.rules import (K_CACHE_AXES, KV_CACHE_AXES, Rules, logical_to_spec, per_device_bytes,
-                                 state_shardings)
+from rlpt.sharding.rules import (K_CACHE_AXES, KV_CACHE_AXES, Rules, logical_to_spec,
+                                 per_device_bytes, state_shardings)
 
 GiB = 1024 ** 3
 
