@@ -304,6 +304,17 @@ class RolloutConfig:
   # on-policy); k >= 1 samples batch n with the policy of k updates earlier and
   # corrects with truncated importance weights (rl.tis_cap).
   staleness: int = 0
+  # Per-domain staleness budgets {domain: k} (others use ``staleness``): that
+  # domain's share of a batch is sampled with the policy of k updates
+  # earlier, so slow environments may lag more while fast ones stay closer to
+  # on-policy (e.g. staleness=0 with {"rlpt/code-...": 2}).
+  domain_staleness: dict[str, int] = dataclasses.field(default_factory=dict)
+  # Multi-turn episodes, later turns: False samples turn t+1 once every
+  # episode's turn t is graded (reproducible); True samples each episode's
+  # next turn as soon as its environment answers, so a slow environment holds
+  # back only its own episode (which episodes share a sampler call then
+  # depends on timing, and with it the random draws).
+  interleave_turns: bool = False
   # Multi-turn episodes: graded attempts per episode (failed ones return the
   # verifier's feedback and the policy tries again in the same conversation),
   # and the turn budget of tool-using domains (0 = each domain's own). Every
@@ -340,6 +351,17 @@ class RolloutConfig:
              f"rollout.temperature must be > 0 for RL sampling, got {self.temperature}.")
     _require(self.staleness >= 0, f"rollout.staleness must be >= 0 (0 = synchronous), got "
              f"{self.staleness}.")
+    for d, k in self.domain_staleness.items():
+      _require(isinstance(k, int) and not isinstance(k, bool) and k >= 0,
+               f"rollout.domain_staleness['{d}'] must be an int >= 0, got {k!r}.")
+
+  @property
+  def max_staleness(self) -> int:
+    """How many batches the asynchronous producer runs ahead (0 = synchronous)."""
+    return max([self.staleness, *self.domain_staleness.values()])
+
+  def staleness_of(self, domain: str) -> int:
+    return self.domain_staleness.get(domain, self.staleness)
 
   @property
   def prompts_per_step(self) -> int:
@@ -663,6 +685,13 @@ class TrainConfig:
     _require(self.rollout.batch_size % self.rl.minibatches == 0,
              f"rollout.batch_size={self.rollout.batch_size} is not divisible by "
              f"rl.minibatches={self.rl.minibatches}.")
+    unknown = sorted(set(self.rollout.domain_staleness) - set(self.domains.ids))
+    _require(not unknown, f"rollout.domain_staleness names domains that are not in domains.ids: "
+             f"{unknown}; expected some of {list(self.domains.ids)}.")
+    _require(not (self.rollout.domain_staleness and self.rl.dynamic_sampling),
+             "rollout.domain_staleness cannot be combined with rl.dynamic_sampling (its refill "
+             "rollouts are drawn from the first one's results, so a batch has one version); "
+             "use rollout.staleness.")
     if self.env.priorities:
       _require(len(self.env.priorities) == len(self.domains.ids),
                f"env.priorities has {len(self.env.priorities)} entries for "

@@ -19,6 +19,7 @@ absl wrapper around ``Trainer(cfg, workdir).run()``.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import functools
 import json
 import logging
@@ -46,8 +47,9 @@ from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_wi
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B)
 from rlpt.rollout import (EnvPool, build_episode_sequences, build_sequences, encode_prompts,
                           pad_contexts)
+from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
-from rlpt.runtime import (batch_sharding, check_batch, host_to_global, is_primary, jit_sampler,
+from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global, is_primary, jit_sampler,
                           jit_step, make_reshard, place_params, place_train_state, replicated,
                           to_device, to_host, with_rules)
 from rlpt.sampling import Sampler, SamplingParams
@@ -110,7 +112,7 @@ class Trainer:
     # An asynchronous producer keeps sampling with older weights while the
     # update donates the training copy: its copies must not alias it.
     self._to_sample_layout = make_reshard(self.ref_sh, sample_sh,
-                                          copy=cfg.rollout.staleness > 0)
+                                          copy=cfg.rollout.max_staleness > 0)
 
     self.sampling = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.eval_sampling = SamplingParams(cfg.eval.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
@@ -167,8 +169,12 @@ class Trainer:
                              in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
     self._recompute_logp = (cfg.rl.recompute_old_logp or cfg.rollout.weights_int8
-                            or cfg.rollout.kv_int8 or cfg.rollout.staleness > 0)
+                            or cfg.rollout.kv_int8 or cfg.rollout.max_staleness > 0)
     self.pool = make_env_pool(cfg)
+    self.episode_runner = EpisodeRunner(
+        self.pool, self.tokenizer, max_prompt_len=cfg.rollout.max_prompt_len,
+        max_new_tokens=cfg.rollout.max_new_tokens, stop_ids=self.sampler.stop_ids,
+        bucket=PROMPT_BUCKET, interleave=cfg.rollout.interleave_turns)
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
     self.task_stream = TaskStream(cfg.seed, cfg.rollout.prompts_per_step)
@@ -176,7 +182,7 @@ class Trainer:
     self.eval_set = eval_tasks(cfg.domains.ids, cfg.eval.tasks_per_domain, seed=cfg.seed + 1)
     self.rng = jax.random.key(cfg.seed)
     self.step = 0
-    # Asynchronous rollout (rollout.staleness > 0): the producer, the policy
+    # Asynchronous rollout (rollout.staleness or domain_staleness > 0): the producer, the policy
     # versions it may sample with, each step's curriculum update (kept until
     # every wave still to be trained or checkpointed has applied it), the
     # last step whose update the producer applied, and the iterator/curriculum
@@ -274,108 +280,44 @@ class Trainer:
     ``grouped``: rows come in groups of ``rollout.group_size`` copies of one
     prompt; with ``share_prefix`` each group's prompt is prefilled once.
     ``params`` / ``key``: the sampler's weights and PRNG key (default: the
-    latest weights and the next split of the trainer's key).
+    latest weights and the next split of the trainer's key). Any number of
+    rows up to the rollout batch: fewer (later turns, one domain's share of a
+    batch) are padded to the next bucket (the batch halved while it holds
+    them and splits evenly over the batch shards), compiled once per bucket.
     """
     if key is None:
       self.rng, key = jax.random.split(self.rng)
-    sub = key
     bs2 = batch_sharding(self.mesh, self.sample_rules, 2)
     bs1 = batch_sharding(self.mesh, self.sample_rules, 1)
     fn = self._generate_fns[sampling]
     grouped = grouped and sampling in self._group_generate_fns
+    g = 1
     if grouped:
       g = self.cfg.rollout.group_size
       ids, lengths = ids[::g], lengths[::g]
       fn = self._group_generate_fns[sampling]
+    n = len(ids)
+    full = self.cfg.rollout.batch_size // g
+    size = _row_bucket(n, max(full, n), batch_multiple(self.mesh, self.sample_rules))
+    if size > n:
+      ids = np.concatenate([ids, np.repeat(ids[:1], size - n, 0)])
+      lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])
     if self._spec is not None and self._spec.warm:
       fn = functools.partial(self._spec.generate, sampling=sampling, grouped=grouped)
     with self.busy.busy():
       out = fn(self.sample_params if params is None else params, host_to_global(ids, bs2),
                host_to_global(lengths, bs1),
-               host_to_global(jax.random.key_data(sub), replicated(self.mesh)))
-      return to_host(out)
-
-  def _answer_text(self, row: np.ndarray, n: int) -> str:
-    body = row[:n]
-    if n and body[-1] in self.sampler.stop_ids:
-      body = body[:-1]
-    return self.tokenizer.decode(body)
+               host_to_global(jax.random.key_data(key), replicated(self.mesh)))
+      out = to_host(out)
+    return tuple(x[:n * g] for x in out)
 
   def _episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
-                params=None, key=None):
-    """Plays one episode per task to its end; returns host arrays, final grades and stats.
-
-    Turn 1 samples from every prompt; each later turn samples only for the
-    episodes still running, from their whole conversation so far (the exact
-    tokens sampled and observed, never re-tokenized), padded to the compiled
-    batch shape. An episode ends when its environment ends it or when its
-    next context would exceed ``rollout.max_prompt_len`` (then it ends
-    unsolved, with the reward it has).
-    """
-    ro = self.cfg.rollout
-    timings = collections.defaultdict(float)
-    b = len(tasks)
-    t = time.perf_counter()
-    episodes = self.pool.start(tasks)
-    timings["time/reset"] += time.perf_counter() - t
-    ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer, ro.max_prompt_len,
-                                  [tk.domain for tk in tasks], bucket=PROMPT_BUCKET)
-    width = ids.shape[1] + ro.max_new_tokens
-    ctx = [list(ids[i, :lengths[i]]) for i in range(b)]
-    model = [[0.0] * len(c) for c in ctx]
-    logps = [[0.0] * len(c) for c in ctx]
-    final: list = [None] * b
-    last_len = np.zeros((b,), np.int32)
-    stopped = np.zeros((b,), bool)
-    generated = np.zeros((b,), np.int32)
-    overflow = np.zeros((b,), bool)
-    active = list(range(b))
-    turn = 0
-    while active:
-      turn += 1
-      if turn > 1:
-        # Later turns: the running episodes' contexts, padded with copies of
-        # the first to the compiled batch size.
-        rows = active + [active[0]] * (b - len(active))
-        ids, lengths = pad_contexts([ctx[i] for i in rows], ro.max_prompt_len,
-                                    self.tokenizer.pad_id, PROMPT_BUCKET)
-      t = time.perf_counter()
-      comp, lp, n_out = self._generate(ids, lengths, sampling, grouped and turn == 1, params,
-                                       None if key is None else jax.random.fold_in(key, turn))
-      timings["time/generate"] += time.perf_counter() - t
-      answers = [self._answer_text(comp[j], int(n_out[j])) for j in range(len(active))]
-      t = time.perf_counter()
-      steps = self.pool.step([episodes[i] for i in active], answers)
-      timings["time/environments"] += time.perf_counter() - t
-      still = []
-      for j, i in enumerate(active):
-        n = int(n_out[j])
-        ctx[i].extend(int(x) for x in comp[j, :n])
-        model[i].extend([1.0] * n)
-        logps[i].extend(float(x) for x in lp[j, :n])
-        last_len[i] = n
-        stopped[i] = n > 0 and comp[j, n - 1] in self.sampler.stop_ids
-        generated[i] += n
-        step = steps[j]
-        final[i] = step.graded
-        if step.done:
-          continue
-        obs = self.tokenizer.encode(step.observation)
-        if len(ctx[i]) + len(obs) > ro.max_prompt_len:
-          overflow[i] = True
-          continue
-        ctx[i].extend(obs)
-        model[i].extend([0.0] * len(obs))
-        logps[i].extend([0.0] * len(obs))
-        still.append(i)
-      self.pool.abandon([episodes[i] for i in active if i not in still])
-      active = still
-    while width < max(len(c) for c in ctx):
-      width += PROMPT_BUCKET
-    seq = build_episode_sequences(ctx, model, logps, width, self.tokenizer.pad_id)
-    stats = {"turns": [ep.turns for ep in episodes], "generated": generated,
-             "overflow": overflow, "last_len": last_len, "stopped": stopped}
-    return seq, final, stats, timings
+                params=None, key=None) -> EpisodeBatch:
+    """Plays one episode per task to its end (rlpt.rollout.episodes); returns
+    the conversations as host arrays, final grades, per-episode stats, timings."""
+    def generate(ids, lengths, grouped_, sub):
+      return self._generate(ids, lengths, sampling, grouped_, params, sub)
+    return self.episode_runner.run(tasks, generate, grouped, key, jax.random.fold_in)
 
   def _rollout_once(self, n_prompts: int, params=None, key=None, tasks=None):
     """Plays ``n_prompts`` x group_size episodes and grades them (host arrays).
@@ -401,6 +343,7 @@ class Trainer:
         "lengths": stats["last_len"],
         "stopped": stats["stopped"],
     }
+    timings = collections.defaultdict(float, timings)
     timings["rollout/turns"] = float(np.mean(stats["turns"]))
     timings["rollout/context_overflow"] = float(np.mean(stats["overflow"]))
     return arrays, records, timings
@@ -528,12 +471,58 @@ class Trainer:
     return done, tasks, key, state
 
   def _execute_wave(self, wave: int, version: int, prepared):
-    """Asynchronous producer, concurrently with other waves: generate and grade."""
+    """Asynchronous producer, concurrently with other waves: generate and grade.
+
+    With per-domain budgets (``rollout.domain_staleness``) the wave is played in
+    parts, one per budget k, concurrently: part k waits for the policy of
+    update ``wave - 1 - k`` and samples with it, so slower-lagging domains
+    start first and fresher ones join as their weights are published.
+    """
     done, tasks, key, state = prepared
-    if done is None:
-      done = self._rollout_once(self.cfg.rollout.prompts_per_step, self._snapshots[version],
-                                jax.random.fold_in(key, 0), tasks=tasks)
-    return (*done, state)
+    ro = self.cfg.rollout
+    if done is not None:
+      arrays, records, timings = done
+      arrays["version"] = np.full(len(records), version, np.int32)
+      return arrays, records, timings, state
+    parts = collections.defaultdict(list)
+    for i, task in enumerate(tasks):
+      parts[ro.staleness_of(task.domain)].append(i)
+    if len(parts) == 1:
+      v = self.pipeline.version_for(wave, next(iter(parts)))
+      self.pipeline.wait_version(v)
+      arrays, records, timings = self._rollout_once(len(tasks), self._snapshots[v],
+                                                    jax.random.fold_in(key, 0), tasks=tasks)
+      arrays["version"] = np.full(len(records), v, np.int32)
+      return arrays, records, timings, state
+
+    def play(k: int, idx: list[int]):
+      v = self.pipeline.version_for(wave, k)
+      self.pipeline.wait_version(v)
+      a, r, t = self._rollout_once(len(idx), self._snapshots[v], jax.random.fold_in(key, 1 + k),
+                                   tasks=[tasks[i] for i in idx])
+      a["version"] = np.full(len(r), v, np.int32)
+      return idx, a, r, t
+
+    order = sorted(parts, reverse=True)  # the longest-lagging part first
+    with concurrent.futures.ThreadPoolExecutor(len(order), "rlpt-wave-part") as ex:
+      results = [f.result() for f in [ex.submit(play, k, parts[k]) for k in order]]
+    g = ro.group_size
+    width = max(a["tokens"].shape[1] for _, a, _, _ in results)
+    rows = np.concatenate([(np.asarray(idx)[:, None] * g + np.arange(g)).ravel()
+                           for idx, _, _, _ in results])
+    back = np.argsort(rows)  # the tasks' own order
+    padded = [{**a, **_pad_width(a, width, self.tokenizer.pad_id)} for _, a, _, _ in results]
+    arrays = {k: np.concatenate([p[k] for p in padded])[back] for k in padded[0]}
+    flat = [r for _, _, rs, _ in results for r in rs]
+    records = [flat[i] for i in back]
+    timings: dict[str, float] = collections.defaultdict(float)
+    n = len(records)
+    for _, a, rs, t in results:
+      for k, x in t.items():
+        # Times and counts add up; per-sample rates are weighted by rows.
+        timings[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else \
+            x * len(rs) / n
+    return arrays, records, timings, state
 
   def train_step(self) -> dict:
     """One full RL step (rollout, reference/value passes, updates). Returns its metrics."""
@@ -542,10 +531,11 @@ class Trainer:
       self._warm_draft()
     t_step = time.perf_counter()
     window_start = self._window_start or t_step
-    if self.pipeline is None and cfg.rollout.staleness:
+    if self.pipeline is None and cfg.rollout.max_staleness:
       self._snapshots = {self.step: self.sample_params}
-      self.pipeline = AsyncRollout(self._prepare_wave, self._execute_wave, cfg.rollout.staleness,
-                                   self.step + 1)
+      self.pipeline = AsyncRollout(self._prepare_wave, self._execute_wave,
+                                   cfg.rollout.max_staleness, self.step + 1, start=False)
+      self.pipeline.start()
     if self.pipeline is None:
       arrays, records, timings = self.rollout()
       version = self.step
@@ -554,7 +544,17 @@ class Trainer:
       (arrays, records, timings, self._consumed_state), version = wave.item, wave.version
       timings["async/wait"] = wave.wait_s
       timings["async/ready_waves"] = float(wave.ready)
-    timings["async/staleness"] = float(self.step - version)
+    versions = arrays.pop("version", None)
+    if versions is None:
+      timings["async/staleness"] = float(self.step - version)
+    else:
+      # Per sample: the mean, the largest, and each domain's (budgets differ by domain).
+      lag = self.step - versions
+      timings["async/staleness"] = float(lag.mean())
+      timings["async/staleness_max"] = float(lag.max())
+      for d in sorted({r["domain"] for r in records}):
+        timings[f"async/staleness/{d}"] = float(np.mean(
+            [x for x, r in zip(lag, records) if r["domain"] == d]))
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     t = time.perf_counter()
     shared = self._shared_prefix(arrays["tokens"])
@@ -652,7 +652,7 @@ class Trainer:
         for s in [s for s in self._curriculum_log if s <= done]:
           del self._curriculum_log[s]
       self._snapshots[self.step] = self.sample_params
-      for v in [v for v in self._snapshots if v < self.step - cfg.rollout.staleness]:
+      for v in [v for v in self._snapshots if v < self.step - cfg.rollout.max_staleness]:
         del self._snapshots[v]
       self.pipeline.publish(self.step)
     end = time.perf_counter()
@@ -969,6 +969,15 @@ def _diff(old, new, path: str = "config") -> list[str]:
                          and math.isnan(old) and math.isnan(new)):
     return [f"{path}: {old!r} -> {new!r}"]
   return []
+
+
+def _row_bucket(n: int, full: int, multiple: int) -> int:
+  """Rows to compile for ``n`` of at most ``full``: ``full`` halved while that
+  still holds ``n`` rows and splits into ``multiple`` equal shards."""
+  size = full
+  while size % 2 == 0 and size // 2 >= n and (size // 2) % multiple == 0:
+    size //= 2
+  return size
 
 
 def _pad_width(arrays: dict, width: int, pad_id: int) -> dict:

@@ -249,47 +249,19 @@ class EnvPool:
     Infrastructure failures are retried (fresh env, replay, backoff) up to
     ``retries`` times, then returned masked (``graded.infra_error``).
     """
-    check_step(episodes, actions)
+    pending = self.submit(episodes, actions)
     out: list[Step | None] = [None] * len(episodes)
-    attempt = [0] * len(episodes)
-    pending = {self._submit_step(ep, a, 0): i for i, (ep, a) in enumerate(zip(episodes, actions))}
     while pending:
-      done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
-      for fut in done:
-        i = pending.pop(fut)
-        ep, action = episodes[i], actions[i]
-        infra, result = False, None
-        try:
-          result, env, seconds = fut.result()
-          infra = bool(result[4].get("infra_error", False))
-          failure = (_infra_failure(RuntimeError(result[4].get("feedback", "infra error")))
-                     if infra else None)
-        except JobTimeout as e:
-          # The hung instance may still be running: never touch it again.
-          ep.env, env, failure = None, None, _infra_failure(e)
-        except Exception as e:  # noqa: BLE001  An environment bug must not kill the run.
-          env, failure = None, _infra_failure(e)
-        if failure is None:
-          out[i] = self._finish(ep, action, result, env, seconds)
-          continue
-        if attempt[i] < self.retries:
-          attempt[i] += 1
-          with self._lock:
-            self._counts["retries"] += 1
-          if env is not None and env is not ep.env:
-            env.close()
-          pending[self._submit_step(ep, action, attempt[i])] = i
-          continue
-        if infra and env is not None:
-          # The environment itself reported the failure: keep its verdict and info.
-          if env is not ep.env and ep.env is not None:
-            ep.env.close()
-          ep.env = env
-          obs, reward, _, _, info = result
-          failure = Graded(ep.reward + float(reward), False, str(info.get("verdict", "")),
-                           True, info)
-        out[i] = self._fail(ep, failure)
+      for i, step in pending.wait():
+        out[i] = step
     return out  # type: ignore[return-value]
+
+  def submit(self, episodes: Sequence[Episode], actions: Sequence[str]) -> PendingSteps:
+    """Starts stepping every episode with its action; the steps come back, in
+    the order they finish, from the returned `PendingSteps` (same retries and
+    masking as ``step``). Lets a caller act on the first results while slower
+    environments are still running."""
+    return PendingSteps(self, episodes, actions)
 
   def abandon(self, episodes: Sequence[Episode]) -> None:
     """Ends episodes the caller stops early; their environments return to the pool."""
@@ -327,3 +299,85 @@ class EnvPool:
       for envs in self._free.values():
         while envs:
           envs.pop().close()
+
+
+class PendingSteps:
+  """Steps of a batch of episodes in flight (from `EnvPool.submit`).
+
+  ``wait()`` returns the steps finished so far as (index into the submitted
+  episodes, in submission order over every ``add``, Step) pairs, blocking until there is at least one; a failed step
+  is resubmitted (retries with backoff, on a replayed environment) and only
+  returned once it succeeds or its retries are spent (then masked).
+  ``len()`` is the number of steps not yet returned.
+  """
+
+  def __init__(self, pool: EnvPool, episodes: Sequence[Episode], actions: Sequence[str]):
+    self._pool = pool
+    self._episodes: list[Episode] = []
+    self._actions: list[str] = []
+    self._attempt: list[int] = []
+    self._pending: dict = {}
+    self.add(episodes, actions)
+
+  def add(self, episodes: Sequence[Episode], actions: Sequence[str]) -> None:
+    """Submits more steps; their indices continue after the earlier ones'."""
+    check_step(episodes, actions)
+    for ep, a in zip(episodes, actions):
+      i = len(self._episodes)
+      self._episodes.append(ep)
+      self._actions.append(a)
+      self._attempt.append(0)
+      self._pending[self._pool._submit_step(ep, a, 0)] = i
+
+  def __len__(self) -> int:
+    return len(self._pending)
+
+  def wait(self, timeout: float | None = None) -> list[tuple[int, Step]]:
+    """Finished steps; blocks until at least one (or ``timeout`` seconds: then maybe none)."""
+    out: list[tuple[int, Step]] = []
+    deadline = None if timeout is None else time.perf_counter() + timeout
+    while self._pending and not out:
+      left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+      done, _ = concurrent.futures.wait(self._pending, timeout=left,
+                                        return_when=concurrent.futures.FIRST_COMPLETED)
+      for fut in done:
+        i = self._pending.pop(fut)
+        step = self._settle(fut, i)
+        if step is not None:
+          out.append((i, step))
+      if deadline is not None and time.perf_counter() >= deadline:
+        break
+    return out
+
+  def _settle(self, fut, i: int) -> Step | None:
+    """The step of a finished job, or None when it was resubmitted."""
+    pool, ep, action = self._pool, self._episodes[i], self._actions[i]
+    infra, result = False, None
+    try:
+      result, env, seconds = fut.result()
+      infra = bool(result[4].get("infra_error", False))
+      failure = (_infra_failure(RuntimeError(result[4].get("feedback", "infra error")))
+                 if infra else None)
+    except JobTimeout as e:
+      # The hung instance may still be running: never touch it again.
+      ep.env, env, failure = None, None, _infra_failure(e)
+    except Exception as e:  # noqa: BLE001  An environment bug must not kill the run.
+      env, failure = None, _infra_failure(e)
+    if failure is None:
+      return pool._finish(ep, action, result, env, seconds)
+    if self._attempt[i] < pool.retries:
+      self._attempt[i] += 1
+      with pool._lock:
+        pool._counts["retries"] += 1
+      if env is not None and env is not ep.env:
+        env.close()
+      self._pending[pool._submit_step(ep, action, self._attempt[i])] = i
+      return None
+    if infra and env is not None:
+      # The environment itself reported the failure: keep its verdict and info.
+      if env is not ep.env and ep.env is not None:
+        ep.env.close()
+      ep.env = env
+      obs, reward, _, _, info = result
+      failure = Graded(ep.reward + float(reward), False, str(info.get("verdict", "")), True, info)
+    return pool._fail(ep, failure)

@@ -83,10 +83,12 @@ class AsyncRollout:
 
   first_wave: the first wave to produce (the step after the one resumed at);
   its version, and the starting ``latest`` version, is ``first_wave - 1``.
+  ``execute`` may call ``version_for(wave, k)`` and ``wait_version`` to sample
+  parts of a wave at a smaller staleness k.
   """
 
   def __init__(self, prepare: Callable[[int, int], Any], execute: Callable[[int, int, Any], Any],
-               staleness: int, first_wave: int = 1):
+               staleness: int, first_wave: int = 1, start: bool = True):
     if staleness < 1:
       raise ValueError(f"AsyncRollout needs staleness >= 1, got {staleness} (0 is synchronous).")
     self._prepare, self._execute = prepare, execute
@@ -101,11 +103,28 @@ class AsyncRollout:
     self._cv = threading.Condition()
     self._threads = [threading.Thread(target=self._run, name=f"rlpt-rollout-{i}", daemon=True)
                      for i in range(staleness)]
+    if start:
+      self.start()
+
+  def start(self) -> None:
+    """Starts the producer threads (``start=False`` defers it, e.g. until the
+    caller holds a reference that ``execute`` uses)."""
     for t in self._threads:
       t.start()
 
-  def version_for(self, wave: int) -> int:
-    return max(self._v0, wave - 1 - self.staleness)
+  def version_for(self, wave: int, staleness: int | None = None) -> int:
+    """The policy version wave ``wave`` samples with, at ``staleness`` (default:
+    the bound; a per-domain part of a wave may use a smaller one)."""
+    k = self.staleness if staleness is None else staleness
+    return max(self._v0, wave - 1 - k)
+
+  def wait_version(self, version: int) -> None:
+    """Blocks a producer until ``version`` is published (or the pipeline closes)."""
+    with self._cv:
+      while not self._stop and self._latest < version:
+        self._cv.wait()
+      if self._stop:
+        raise RuntimeError("AsyncRollout is closed")
 
   def _run(self) -> None:
     wave = None

@@ -200,6 +200,11 @@ class RayEnvPool:
                                        {"feedback": "environment actor lost three times"}))
     return out  # type: ignore[return-value]
 
+  def submit(self, episodes: Sequence[RemoteEpisode], actions: Sequence[str]) -> CompletedSteps:
+    """``EnvPool.submit``'s interface; a Ray batch is stepped as a whole (one
+    call per actor), so each submitted batch's steps come back together."""
+    return CompletedSteps(self, episodes, actions)
+
   def _record(self, ep: RemoteEpisode, action: str, s: Step) -> Step:
     if not s.graded.infra_error or not s.done:
       ep.actions.append(action)
@@ -250,3 +255,24 @@ class RayEnvPool:
       self._ray.kill(a)
     if self._owns_ray:
       self._ray.shutdown()
+
+
+class CompletedSteps:
+  """`PendingSteps` for pools that step a batch as a whole: ``add`` steps it
+  at once; ``wait`` returns every step not yet returned."""
+
+  def __init__(self, pool, episodes, actions):
+    self._pool, self._n, self._done = pool, 0, []
+    self.add(episodes, actions)
+
+  def add(self, episodes, actions) -> None:
+    steps = self._pool.step(episodes, actions)
+    self._done.extend((self._n + j, s) for j, s in enumerate(steps))
+    self._n += len(steps)
+
+  def __len__(self) -> int:
+    return len(self._done)
+
+  def wait(self, timeout: float | None = None) -> list:
+    out, self._done = self._done, []
+    return out

@@ -1,0 +1,182 @@
+"""Plays a batch of (multi-turn) episodes: sampler turns and environment steps.
+
+`EpisodeRunner.run` starts one episode per task, samples turn 1 for every
+prompt, hands the answers to the environments, and keeps going until every
+episode has ended. Each later turn samples only for the episodes still
+running, from their whole conversation so far (the exact tokens sampled and
+observed, never re-tokenized). An episode ends when its environment ends it or
+when its next context would exceed ``max_prompt_len`` (then it ends unsolved,
+with the reward it has).
+
+Two ways to schedule the later turns:
+
+- batch-synchronous (``interleave=False``, the default): turn t+1 is sampled
+  once every episode's turn t is graded. The sampled tokens do not depend on
+  how long the environments take, so runs are reproducible.
+- interleaved (``interleave=True``): whenever the sampler is free it samples
+  the next turn of every episode whose environment has answered, so a slow
+  environment (a long sandbox job, a hung worker waiting on its timeout) holds
+  back only its own episode. Which episodes share a sampler call then depends
+  on the environments' timing, and with it the random draws: samples are still
+  exact samples of the policy, but not bit-reproducible.
+
+The caller's ``generate(ids, lengths, grouped, key)`` samples one completion
+per row for any number of rows up to the batch it was built for (the trainer
+pads to a bucketed batch size) and returns host arrays
+(completions, log-probs, lengths). Nothing here knows about JAX.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rlpt.rollout.batch import SequenceBatch, build_episode_sequences, encode_prompts, pad_contexts
+
+
+class EpisodeBatch(NamedTuple):
+  seq: SequenceBatch   # the conversations as one right-padded token batch
+  final: list          # each episode's last Graded verdict
+  stats: dict          # per-episode arrays: turns, generated, overflow, last_len, stopped
+  timings: dict        # time/reset, time/generate, time/environments, rollout/sampler_calls
+
+
+class EpisodeRunner:
+  """Drives episodes on an environment pool (`EnvPool` or `RayEnvPool`) with a sampler.
+
+  tokenizer: encodes prompts / observations and decodes answers.
+  stop_ids: tokens that end a completion (dropped from the answer text).
+  bucket: prompt buffers are padded to a multiple of this many tokens.
+  """
+
+  def __init__(self, pool, tokenizer, *, max_prompt_len: int, max_new_tokens: int,
+               stop_ids: Sequence[int], bucket: int, interleave: bool = False):
+    self.pool, self.tokenizer = pool, tokenizer
+    self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
+    self.stop_ids = set(int(x) for x in stop_ids)
+    self.bucket, self.interleave = bucket, interleave
+
+  def _answer_text(self, row: np.ndarray, n: int) -> str:
+    body = row[:n]
+    if n and body[-1] in self.stop_ids:
+      body = body[:-1]
+    return self.tokenizer.decode(body)
+
+  def run(self, tasks: Sequence, generate: Callable[..., tuple], grouped: bool = False,
+          key: Any = None, fold_in: Callable[[Any, int], Any] | None = None) -> EpisodeBatch:
+    """Plays one episode per task to its end.
+
+    generate(ids, lengths, grouped, key) -> (completions, log-probs, lengths)
+    for the rows given. ``grouped``: the tasks come in groups of copies of one
+    prompt and turn 1 may share each group's prefix (the caller's sampler
+    decides). ``key`` / ``fold_in``: the sampler's key for sampler call c is
+    ``fold_in(key, c + 1)`` (None: ``generate`` draws its own).
+    """
+    timings: dict[str, float] = collections.defaultdict(float)
+    b = len(tasks)
+    t = time.perf_counter()
+    episodes = self.pool.start(tasks)
+    timings["time/reset"] += time.perf_counter() - t
+    ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer,
+                                  self.max_prompt_len, [tk.domain for tk in tasks],
+                                  bucket=self.bucket)
+    st = _State(b, [list(ids[i, :lengths[i]]) for i in range(b)])
+    calls = 0
+
+    def sample(rows: list[int], first: bool):
+      nonlocal calls
+      calls += 1
+      if first:
+        ids_, lengths_ = ids, lengths
+      else:
+        ids_, lengths_ = pad_contexts([st.ctx[i] for i in rows], self.max_prompt_len,
+                                      self.tokenizer.pad_id, self.bucket)
+      sub = None if key is None else fold_in(key, calls)
+      t = time.perf_counter()
+      comp, lp, n_out = generate(ids_, lengths_, grouped and first, sub)
+      timings["time/generate"] += time.perf_counter() - t
+      for j, i in enumerate(rows):
+        st.record_turn(i, comp[j], lp[j], int(n_out[j]), self.stop_ids)
+      return [self._answer_text(comp[j], int(n_out[j])) for j in range(len(rows))]
+
+    active = list(range(b))
+    answers = sample(active, first=True)
+    if self.interleave:
+      self._interleaved(episodes, active, answers, st, sample, timings)
+    else:
+      while active:
+        t = time.perf_counter()
+        steps = self.pool.step([episodes[i] for i in active], answers)
+        timings["time/environments"] += time.perf_counter() - t
+        still = [i for i, step in zip(active, steps) if self._observe(st, i, step)]
+        self.pool.abandon([episodes[i] for i in active if i not in still])
+        active = still
+        if active:
+          answers = sample(active, first=False)
+    width = ids.shape[1] + self.max_new_tokens
+    while width < max(len(c) for c in st.ctx):
+      width += self.bucket
+    seq = build_episode_sequences(st.ctx, st.model, st.logps, width, self.tokenizer.pad_id)
+    stats = {"turns": [ep.turns for ep in episodes], "generated": st.generated,
+             "overflow": st.overflow, "last_len": st.last_len, "stopped": st.stopped}
+    timings["rollout/sampler_calls"] = float(calls)
+    return EpisodeBatch(seq, st.final, stats, dict(timings))
+
+  def _interleaved(self, episodes, rows, answers, st, sample, timings):
+    """Later turns as soon as each episode's environment answers (see the module doc)."""
+    pending = self.pool.submit([episodes[i] for i in rows], answers)
+    owner = list(rows)  # pending's step index -> episode
+    while len(pending):
+      t = time.perf_counter()
+      got = pending.wait()  # everything finished so far, at least one
+      timings["time/environments"] += time.perf_counter() - t
+      ready, ended = [], []
+      for k, step in got:
+        i = owner[k]
+        (ready if self._observe(st, i, step) else ended).append(i)
+      self.pool.abandon([episodes[i] for i in ended])
+      if ready:
+        ready.sort()
+        answers = sample(ready, first=False)
+        pending.add([episodes[i] for i in ready], answers)
+        owner.extend(ready)
+
+  def _observe(self, st: _State, i: int, step) -> bool:
+    """Records episode i's step; True when it goes on (its observation appended)."""
+    st.final[i] = step.graded
+    if step.done:
+      return False
+    obs = self.tokenizer.encode(step.observation)
+    if len(st.ctx[i]) + len(obs) > self.max_prompt_len:
+      st.overflow[i] = True
+      return False
+    st.ctx[i].extend(obs)
+    st.model[i].extend([0.0] * len(obs))
+    st.logps[i].extend([0.0] * len(obs))
+    return True
+
+
+class _State:
+  """Every episode's conversation so far (tokens, loss mask, sampler log-probs)."""
+
+  def __init__(self, b: int, prompts: list[list[int]]):
+    self.ctx = prompts
+    self.model = [[0.0] * len(c) for c in prompts]
+    self.logps = [[0.0] * len(c) for c in prompts]
+    self.final: list = [None] * b
+    self.last_len = np.zeros((b,), np.int32)
+    self.stopped = np.zeros((b,), bool)
+    self.generated = np.zeros((b,), np.int32)
+    self.overflow = np.zeros((b,), bool)
+
+  def record_turn(self, i: int, comp: np.ndarray, lp: np.ndarray, n: int, stop_ids) -> None:
+    self.ctx[i].extend(int(x) for x in comp[:n])
+    self.model[i].extend([1.0] * n)
+    self.logps[i].extend(float(x) for x in lp[:n])
+    self.last_len[i] = n
+    self.stopped[i] = n > 0 and int(comp[n - 1]) in stop_ids
+    self.generated[i] += n
