@@ -87,3 +87,26 @@ def test_producer_failure_reaches_the_consumer():
     ar.close()
   with pytest.raises(ValueError, match="staleness >= 1"):
     AsyncRollout(lambda w, v: None, lambda w, v, p: None, staleness=0)
+
+
+def test_wait_version_blocks_until_published():
+  """A wave's part at a smaller staleness waits for its (newer) version."""
+  seen = []
+
+  def execute(wave, version, prepared):
+    v = pipe.version_for(wave, 0)  # fully fresh part: the previous update's weights
+    pipe.wait_version(v)
+    seen.append((wave, version, v))
+    return wave
+
+  pipe = AsyncRollout(lambda w, v: None, execute, staleness=2, start=False)
+  pipe.start()
+  try:
+    assert pipe.get(1).item == 1  # version 0 is there from the start
+    pipe.publish(1)
+    assert pipe.get(2).item == 2
+    pipe.publish(2)
+    assert pipe.get(3).item == 3
+  finally:
+    pipe.close()
+  assert sorted(seen)[:3] == [(1, 0, 0), (2, 0, 1), (3, 0, 2)]

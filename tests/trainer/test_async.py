@@ -12,13 +12,15 @@ from rlpt.config import TrainConfig, from_config_dict
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run(tmp, name, staleness, steps, latency=0.0):
+def _run(tmp, name, staleness, steps, latency=0.0, domain_staleness=None):
   from rlpt.trainer import Trainer
   cd = grpo_default.get_config("smoke")
   cd.progress = False
   cd.checkpoint.every = 0
   cd.optim.warmup_steps = 0  # every update moves the policy
   cd.rollout.staleness = staleness
+  if domain_staleness:
+    cd.rollout.domain_staleness = domain_staleness
   cd.env.latency_s = latency
   cd.base.cache_dir = str(tmp / "bases")
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp / name))
@@ -54,6 +56,31 @@ def test_asynchronous_runs_are_reproducible(runs):
   assert [m["rollout/token_hash"] for m in a] == [m["rollout/token_hash"] for m in b]
   np.testing.assert_allclose([m["train/loss"] for m in a], [m["train/loss"] for m in b],
                              rtol=1e-5, atol=1e-7)
+
+
+SANDBOX = ("rlpt/code-linear-easy-v0", "rlpt/terminal-rename-easy-v0",
+           "rlpt/terminal-create-easy-v0")
+
+
+def test_per_domain_staleness_budgets(tmp_path, monkeypatch):
+  """staleness 0 with the sandbox domains at 2: their samples lag up to 2 updates,
+  every other domain's are on-policy; the versions, and so the batches, do not
+  depend on timing."""
+  monkeypatch.chdir(ROOT)
+  budgets = {d: 2 for d in SANDBOX}
+  a = _run(tmp_path, "a", 0, 4, latency=0.01, domain_staleness=budgets)
+  b = _run(tmp_path, "b", 0, 4, domain_staleness=budgets)
+  seen_slow = False
+  for step, m in enumerate(a):
+    for key, lag in m.items():
+      if key.startswith("async/staleness/"):
+        domain = key.split("/", 2)[2]
+        want = min(step, 2) if domain in SANDBOX else 0
+        assert lag == want, (step, domain, lag)
+        seen_slow |= domain in SANDBOX and lag == 2
+    assert m["async/staleness_max"] <= 2 and np.isfinite(m["train/loss"])
+  assert seen_slow
+  assert [m["rollout/token_hash"] for m in a] == [m["rollout/token_hash"] for m in b]
 
 
 def test_asynchronous_checkpoint_keeps_the_curriculum_updates_not_yet_applied(tmp_path,

@@ -68,6 +68,26 @@ def test_conversation_layout_and_exact_logprobs(trainer):
   np.testing.assert_allclose(logp[m], seq.logp[m], atol=2e-4)
 
 
+def test_interleaved_turns_keep_exact_logprobs(trainer):
+  """rollout.interleave_turns: later turns are sampled for whichever episodes are
+  ready, in partial batches (padded to a row bucket); every sampled token's
+  log-prob still equals the trainer's."""
+  t = trainer
+  tasks = t.task_stream.next_tasks(t.domain_sampler)
+  tasks_b = [x for x in tasks for _ in range(t.cfg.rollout.group_size)]
+  t.episode_runner.interleave = True
+  try:
+    out = t._episodes(tasks_b, t.sampling, grouped=True)
+  finally:
+    t.episode_runner.interleave = False
+  assert out.timings["rollout/sampler_calls"] >= max(out.stats["turns"])
+  assert all(g is not None for g in out.final)
+  logp = np.asarray(t._logprobs_for(None)(t.policy_params(), jax.device_put(out.seq.tokens)))
+  m = out.seq.loss_mask > 0
+  assert m.sum() == out.stats["generated"].sum()
+  np.testing.assert_allclose(logp[m], out.seq.logp[m], atol=2e-4)
+
+
 def test_shared_prefix_scoring_and_update_equal_plain(trainer):
   """The trainer's shared-prefix reference pass and update (rl.shared_prefix)
   equal the plain ones on a grouped multi-turn batch (log-probs 2e-5, updated

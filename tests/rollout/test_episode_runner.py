@@ -1,0 +1,102 @@
+"""EpisodeRunner: batch-synchronous and interleaved later turns over a real EnvPool.
+
+The sampler is a deterministic stand-in (always the same wrong answer), so the
+conversations must come out identical in both modes; only the grouping of
+sampler calls may differ. One episode's environment is slow: interleaved, the
+other episodes play all their turns while it is still on its first.
+"""
+
+import threading
+import time
+
+import numpy as np
+
+from rlpt.data import Task
+from rlpt.rollout import EnvPool
+from rlpt.rollout.episodes import EpisodeRunner
+from rlpt.tokenizers.byte import ByteTokenizer
+
+REVERSE = "rlpt/strings-reverse-easy-v0"
+SLOW_SEED = 100
+SLOW_S = 0.6
+
+
+class SlowSeedPool(EnvPool):
+  """An EnvPool whose steps for one task seed take SLOW_S seconds."""
+
+  def _step_job(self, episode, action, replay):
+    if episode.task.seed == SLOW_SEED:
+      time.sleep(SLOW_S)
+    return super()._step_job(episode, action, replay)
+
+
+class FixedSampler:
+  """generate(): every row answers 'zz' then EOS; records each call's rows and time."""
+
+  def __init__(self, tok):
+    self.tok, self.calls, self.lock = tok, [], threading.Lock()
+
+  def __call__(self, ids, lengths, grouped, key):
+    n = len(ids)
+    body = self.tok.encode("zz") + [self.tok.eos_id]
+    comp = np.full((n, 8), self.tok.pad_id, np.int32)
+    comp[:, :len(body)] = body
+    logp = np.where(comp != self.tok.pad_id, -0.5, 0.0).astype(np.float32)
+    with self.lock:
+      self.calls.append((n, time.perf_counter(), tuple(int(x) for x in lengths)))
+    return comp, logp, np.full((n,), len(body), np.int32)
+
+
+def _play(interleave):
+  tok = ByteTokenizer()
+  pool = SlowSeedPool([REVERSE], workers=4, max_attempts=3)
+  try:
+    runner = EpisodeRunner(pool, tok, max_prompt_len=512, max_new_tokens=8,
+                           stop_ids=[tok.eos_id], bucket=16, interleave=interleave)
+    sampler = FixedSampler(tok)
+    tasks = [Task(REVERSE, SLOW_SEED, "train")] + [Task(REVERSE, s, "train") for s in range(3)]
+    t = time.perf_counter()
+    out = runner.run(tasks, sampler)
+    wall = time.perf_counter() - t
+    # Every environment came back to the pool.
+    assert len(pool._free[REVERSE]) == len(tasks)
+    return out, sampler.calls, wall
+  finally:
+    pool.close()
+
+
+def test_interleaved_turns_do_not_wait_for_the_slow_environment():
+  sync, sync_calls, _ = _play(interleave=False)
+  inter, inter_calls, _ = _play(interleave=True)
+  # Same conversations, grades and statistics either way.
+  np.testing.assert_array_equal(inter.seq.tokens, sync.seq.tokens)
+  np.testing.assert_array_equal(inter.seq.loss_mask, sync.seq.loss_mask)
+  np.testing.assert_array_equal(inter.seq.logp, sync.seq.logp)
+  assert [g.verdict for g in inter.final] == [g.verdict for g in sync.final]
+  assert list(inter.stats["turns"]) == list(sync.stats["turns"]) == [3, 3, 3, 3]
+  assert int(inter.stats["generated"].sum()) == int(sync.stats["generated"].sum()) == 4 * 3 * 3
+  # Batch-synchronous: one sampler call per turn, every episode in it.
+  assert [n for n, _, _ in sync_calls] == [4, 4, 4]
+  # Interleaved: the three fast episodes take their turns 2 and 3 before the
+  # slow one's first step returns; the slow one follows alone.
+  rows = [n for n, _, _ in inter_calls]
+  assert rows == [4, 3, 3, 1, 1], rows
+  assert inter_calls[2][1] - inter_calls[0][1] < SLOW_S
+  assert inter.timings["rollout/sampler_calls"] == 5.0
+
+
+def test_batch_synchronous_later_turns_sample_only_running_episodes():
+  out, calls, _ = _play(interleave=False)
+  # Turn 2's contexts: prompt + answer + feedback, each longer than its prompt.
+  first, second = calls[0][2], calls[1][2]
+  assert all(b > a for a, b in zip(first, second))
+  assert out.timings["time/environments"] >= 3 * SLOW_S * 0.9
+
+
+def test_row_buckets_halve_while_they_hold_the_rows_and_split_evenly():
+  from rlpt.trainer import _row_bucket
+  assert [_row_bucket(n, 32, 1) for n in (32, 17, 16, 9, 5, 3, 1)] == [32, 32, 16, 16, 8, 4, 1]
+  # Eight batch shards: never below 8 rows.
+  assert [_row_bucket(n, 32, 8) for n in (32, 12, 3, 1)] == [32, 16, 8, 8]
+  # A full size that does not halve evenly stays as it is.
+  assert _row_bucket(2, 12, 4) == 12 and _row_bucket(2, 24, 4) == 12
