@@ -925,7 +925,7 @@ def make_env_pool(cfg: TrainConfig):
                 sandbox_workers=e.sandbox_workers,
                 priorities=dict(zip(cfg.domains.ids, e.priorities)) if e.priorities else None,
                 retries=e.retries, backoff_s=e.backoff_s, job_timeout_s=e.job_timeout_s,
-                aging_s=e.aging_s, latency_s=e.latency_s)
+                aging_s=e.aging_s, latency_s=e.latency_s, latency_dist=e.latency_dist)
   if e.backend == "ray":
     from rlpt.rollout.ray_backend import RayEnvPool
     return RayEnvPool(cfg.domains.ids, workers=e.workers, address=e.ray_address,

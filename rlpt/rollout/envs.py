@@ -109,14 +109,16 @@ class EnvPool:
   0; higher runs first). ``retries``, ``backoff_s``: infrastructure-failure
   retries and the first backoff (doubling). ``job_timeout_s``: a step
   running longer is a hung worker. ``latency_s``: sleep added to every
-  sandbox-class step (benchmarks inject slow environments with it).
+  sandbox-class step (benchmarks inject slow environments with it), exactly
+  that long (``latency_dist="fixed"``) or exponentially distributed with that
+  mean (``"exponential"``: a long tail).
   """
 
   def __init__(self, domains: Sequence[str], workers: int = 4, max_attempts: int = 1,
                max_turns: int = 0, *, sandbox_workers: int = 0,
                priorities: Mapping[str, float] | None = None, retries: int = 2,
                backoff_s: float = 0.05, job_timeout_s: float = 120.0, aging_s: float = 10.0,
-               latency_s: float = 0.0):
+               latency_s: float = 0.0, latency_dist: str = "fixed"):
     import environments  # noqa: F401  (registers the domains with gymnasium)
     from environments import registry
 
@@ -139,7 +141,10 @@ class EnvPool:
       self._kwargs[d] = kw
       self._resource[d] = SANDBOX if "sandbox" in spec.tags else CHEAP
     self._priority = {d: float((priorities or {}).get(d, 0.0)) for d in domains}
+    if latency_dist not in ("fixed", "exponential"):
+      raise ValueError(f"latency_dist must be 'fixed' or 'exponential', got {latency_dist!r}")
     self.retries, self.backoff_s, self.latency_s = retries, backoff_s, latency_s
+    self._latency_rng = (np.random.default_rng(0) if latency_dist == "exponential" else None)
     self._free: dict[str, collections.deque] = {d: collections.deque() for d in domains}
     self._lock = threading.Lock()
     self.scheduler = JobScheduler({CHEAP: workers, SANDBOX: sandbox_workers or workers},
@@ -192,7 +197,11 @@ class EnvPool:
       for earlier in episode.actions:
         env.step(earlier)
     if self.latency_s and self._resource[episode.task.domain] == SANDBOX:
-      time.sleep(self.latency_s)
+      delay = self.latency_s
+      if self._latency_rng is not None:
+        with self._lock:
+          delay = float(self._latency_rng.exponential(self.latency_s))
+      time.sleep(delay)
     result = env.step(action)
     return result, env, time.perf_counter() - t
 
