@@ -7,7 +7,7 @@ r"""Synchronous vs asynchronous rollout with slow environments: step time and id
 Every sandbox job (code and shell domains) gets ``--latency`` seconds of
 injected delay (``env.latency_s``; ``--latency_dist=exponential`` makes it a
 long tail with that mean), as a remote or heavy sandbox would add. Each setup
-runs the same config for 2 warm-up steps and ``--steps`` timed ones. A setup
+runs the same config for ``--warmup`` untimed steps and ``--steps`` timed ones. A setup
 is ``K[:S][i]``: ``rollout.staleness=K``; ``:S`` gives the sandbox domains a
 budget of their own, ``rollout.domain_staleness=S``; a trailing ``i`` turns on
 ``rollout.interleave_turns`` (with ``--max_attempts`` > 1, multi-turn
@@ -36,6 +36,7 @@ _DIST = flags.DEFINE_enum("latency_dist", "fixed", ["fixed", "exponential"],
                           "Fixed latency, or exponential with that mean (a long tail).")
 _WORKERS = flags.DEFINE_integer("sandbox_workers", 8, "Sandbox-class worker threads.")
 _STEPS = flags.DEFINE_integer("steps", 6, "Timed steps per setup.")
+_WARMUP = flags.DEFINE_integer("warmup", 4, "Untimed steps per setup first (compiles).")
 _SETUPS = flags.DEFINE_list("setups", ["0", "1", "2"],
                             "Setups K[:S][i]: staleness K, sandbox domains at S, i = interleave.")
 _ATTEMPTS = flags.DEFINE_integer("max_attempts", 1, "rollout.max_attempts (> 1: multi-turn).")
@@ -73,7 +74,7 @@ def main(_):
       cd.env.sandbox_workers = _WORKERS.value
     trainer = Trainer(from_config_dict(TrainConfig, cd), tempfile.mkdtemp(prefix="rlpt-async-"))
     try:
-      for _ in range(2):
+      for _ in range(_WARMUP.value):
         trainer.train_step()
       ms = [trainer.train_step() for _ in range(_STEPS.value)]
     finally:

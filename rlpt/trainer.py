@@ -274,7 +274,7 @@ class Trainer:
   # Rollout.
 
   def _generate(self, ids: np.ndarray, lengths: np.ndarray, sampling: SamplingParams,
-                grouped: bool = False, params=None, key=None):
+                grouped: bool = False, params=None, key=None, bucket_rows: bool = True):
     """Samples one completion per row of right-padded prompts (host arrays in and out).
 
     ``grouped``: rows come in groups of ``rollout.group_size`` copies of one
@@ -283,7 +283,8 @@ class Trainer:
     latest weights and the next split of the trainer's key). Any number of
     rows up to the rollout batch: fewer (later turns, one domain's share of a
     batch) are padded to the next bucket (the batch halved while it holds
-    them and splits evenly over the batch shards), compiled once per bucket.
+    them and splits evenly over the batch shards), compiled once per bucket;
+    ``bucket_rows=False`` pads to the whole batch (no new program).
     """
     if key is None:
       self.rng, key = jax.random.split(self.rng)
@@ -298,7 +299,9 @@ class Trainer:
       fn = self._group_generate_fns[sampling]
     n = len(ids)
     full = self.cfg.rollout.batch_size // g
-    size = _row_bucket(n, max(full, n), batch_multiple(self.mesh, self.sample_rules))
+    size = max(full, n)
+    if bucket_rows:
+      size = _row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules))
     if size > n:
       ids = np.concatenate([ids, np.repeat(ids[:1], size - n, 0)])
       lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])
@@ -312,17 +315,19 @@ class Trainer:
     return tuple(x[:n * g] for x in out)
 
   def _episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
-                params=None, key=None) -> EpisodeBatch:
+                params=None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
     """Plays one episode per task to its end (rlpt.rollout.episodes); returns
     the conversations as host arrays, final grades, per-episode stats, timings."""
     def generate(ids, lengths, grouped_, sub):
-      return self._generate(ids, lengths, sampling, grouped_, params, sub)
+      return self._generate(ids, lengths, sampling, grouped_, params, sub, bucket_rows)
     return self.episode_runner.run(tasks, generate, grouped, key, jax.random.fold_in)
 
-  def _rollout_once(self, n_prompts: int, params=None, key=None, tasks=None):
+  def _rollout_once(self, n_prompts: int, params=None, key=None, tasks=None,
+                    bucket_rows: bool = True):
     """Plays ``n_prompts`` x group_size episodes and grades them (host arrays).
 
     ``tasks``: the prompts' tasks if already drawn (else the next of the stream).
+    ``bucket_rows``: as in ``_generate``.
     """
     g = self.cfg.rollout.group_size
     if tasks is None:
@@ -331,7 +336,7 @@ class Trainer:
     assert len(tasks) == n_prompts, (len(tasks), n_prompts)
     tasks_b = [task for task in tasks for _ in range(g)]
     seq, graded, stats, timings = self._episodes(tasks_b, self.sampling, grouped=True,
-                                                 params=params, key=key)
+                                                 params=params, key=key, bucket_rows=bucket_rows)
     records = [dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
                     verdict=x.verdict, infra_error=x.infra_error, length=int(n), turns=int(k))
                for tk, x, n, k in zip(tasks_b, graded, stats["generated"], stats["turns"])]
@@ -498,8 +503,10 @@ class Trainer:
     def play(k: int, idx: list[int]):
       v = self.pipeline.version_for(wave, k)
       self.pipeline.wait_version(v)
+      # Padded to the whole batch: a part's size changes every step, and a
+      # program per size would cost more compiling than the rows it saves.
       a, r, t = self._rollout_once(len(idx), self._snapshots[v], jax.random.fold_in(key, 1 + k),
-                                   tasks=[tasks[i] for i in idx])
+                                   tasks=[tasks[i] for i in idx], bucket_rows=False)
       a["version"] = np.full(len(r), v, np.int32)
       return idx, a, r, t
 
