@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import functools
 import json
 import logging
@@ -118,7 +119,18 @@ class Trainer:
     self.eval_sampling = SamplingParams(cfg.eval.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self._build_samplers(sample_sh)
     self._handoff()
-    loss_cfg = cfg.loss_config()
+    # Behaviour log-probs from the policy itself (a stale or int8 sampler's
+    # enter only through truncated importance weights). With one update per
+    # batch the train step does it from its own forward pass
+    # (LossConfig.behaviour_tis_cap); otherwise a scoring pass recomputes them.
+    self._recompute_logp = (cfg.rl.recompute_old_logp or cfg.rollout.weights_int8
+                            or cfg.rollout.kv_int8 or cfg.rollout.max_staleness > 0)
+    self._tis_in_step = (self._recompute_logp and cfg.rl.ppo_epochs == 1
+                         and cfg.rl.minibatches == 1 and cfg.rl.kl_mode == "loss"
+                         and cfg.rl.kl_controller == "fixed")
+    self._loss_cfg = cfg.loss_config()
+    if self._tis_in_step:
+      self._loss_cfg = dataclasses.replace(self._loss_cfg, behaviour_tis_cap=cfg.rl.tis_cap)
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     rep = replicated(self.mesh)
     self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
@@ -130,12 +142,12 @@ class Trainer:
       if self.lora_cfg is None:
         return jit_step(rl_train_step, state_sh, (self._batch_sh, self._counts_sh, rep),
                         self.mesh, rules=self.rules, graphdef=self.graphdef,
-                        optimizer=self.optimizer, loss_cfg=loss_cfg, sampling=self.sampling,
+                        optimizer=self.optimizer, loss_cfg=self._loss_cfg, sampling=self.sampling,
                         shared=shared)
       lora_step = jit_step(lora_rl_train_step, state_sh,
                            (self.ref_sh, self._batch_sh, self._counts_sh, rep), self.mesh,
                            rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
-                           loss_cfg=loss_cfg, sampling=self.sampling, lora_cfg=self.lora_cfg,
+                           loss_cfg=self._loss_cfg, sampling=self.sampling, lora_cfg=self.lora_cfg,
                            shared=shared)
       return lambda state, *rest: lora_step(state, self.ref_params, *rest)
 
@@ -168,8 +180,6 @@ class Trainer:
                                         self.rules),
                              in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
-    self._recompute_logp = (cfg.rl.recompute_old_logp or cfg.rollout.weights_int8
-                            or cfg.rollout.kv_int8 or cfg.rollout.max_staleness > 0)
     self.pool = make_env_pool(cfg)
     self.episode_runner = EpisodeRunner(
         self.pool, self.tokenizer, max_prompt_len=cfg.rollout.max_prompt_len,
@@ -568,7 +578,7 @@ class Trainer:
     logprobs = self._logprobs_for(shared)
     timings["batch/shared_prefix"] = float(shared.length if shared else 0)
     tokens = host_to_global(arrays["tokens"], bs2)
-    if self._recompute_logp:
+    if self._recompute_logp and not self._tis_in_step:
       # Behaviour log-probs from the policy itself; the sampler's (int8)
       # log-probs only enter through the truncated importance weights.
       sampler_logp = arrays["old_logp"]
@@ -591,7 +601,7 @@ class Trainer:
     kl_coef = self.kl_ctl.value
     self.kl_ctl.update(seq_kl, n_steps=cfg.rollout.batch_size)
     adv_BxT = np.asarray(adv.adv_BxT)
-    if self._recompute_logp:
+    if self._recompute_logp and not self._tis_in_step:
       # A positive per-token weight on the advantage scales the clipped
       # surrogate exactly as it would scale the loss.
       adv_BxT = adv_BxT * is_weight
@@ -673,6 +683,9 @@ class Trainer:
                                         arrays["loss_mask"]))
 
     metrics = {f"train/{k}": v / n_updates for k, v in metric_sums.items()}
+    for k in ("sampler_kl", "is_weight_mean", "is_capped_fraction"):
+      if f"train/{k}" in metrics:  # truncated importance weights taken in the step
+        metrics[f"rollout/{k}"] = metrics.pop(f"train/{k}")
     metrics.update(timings)
     with self._curriculum_lock:
       metrics.update(domain_metrics(valid, self.domain_sampler, tokens_key="length"))

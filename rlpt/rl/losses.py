@@ -38,6 +38,13 @@ class LossConfig:
   kl_beta: KL-in-the-loss coefficient (0 disables it, e.g. with KL in the reward).
   entropy_coef: entropy bonus weight; > 0 requires ``entropy_BxT``.
   norm_len: the fixed length of ``seq-mean-token-sum-norm``; None uses T.
+  behaviour_tis_cap: 0 (default): ``old_logp`` is the proximal policy of the
+    ratio. > 0: ``old_logp`` is the behaviour policy that sampled the tokens
+    (a stale or int8 sampler) and the proximal policy is the current one:
+    the ratio is taken against stop_gradient(logp) and each token's advantage
+    is weighted by min(pi / pi_behaviour, cap) (truncated importance
+    sampling). With one update per batch this equals recomputing the
+    behaviour log-probs with the policy first, without that forward pass.
   """
 
   policy_loss: str = "ppo_clip"
@@ -49,6 +56,7 @@ class LossConfig:
   aggregation: str = "token-mean"
   entropy_coef: float = 0.0
   norm_len: int | None = None
+  behaviour_tis_cap: float = 0.0
 
   def __post_init__(self):
     lookup(POLICY_LOSSES, self.policy_loss)
@@ -67,6 +75,8 @@ class LossConfig:
       raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef}.")
     if self.norm_len is not None and self.norm_len < 1:
       raise ValueError(f"norm_len must be >= 1 (or None for T), got {self.norm_len}.")
+    if self.behaviour_tis_cap and self.behaviour_tis_cap < 1.0:
+      raise ValueError(f"behaviour_tis_cap must be 0 (off) or >= 1, got {self.behaviour_tis_cap}.")
 
 
 # ----------------------------------------------------------------------------
@@ -272,6 +282,19 @@ def policy_objective(logp_BxT, old_logp_BxT, ref_logp_BxT, adv_B, mask_BxT, cfg:
   """
   mask = mask_BxT.astype(jnp.float32)
   adv_BxT = adv_B if adv_B.ndim == 2 else jnp.broadcast_to(adv_B[:, None], logp_BxT.shape)
+  is_metrics = {}
+  if cfg.behaviour_tis_cap:
+    # old_logp is the behaviour policy's; the proximal policy is this one.
+    prox = jax.lax.stop_gradient(logp_BxT)
+    ratio = jnp.exp(prox - old_logp_BxT)
+    on = mask > 0
+    n = jnp.maximum(mask.sum(), 1.0)
+    weight = jnp.where(on, jnp.minimum(ratio, cfg.behaviour_tis_cap), 1.0)
+    is_metrics = {"sampler_kl": jnp.sum(jnp.where(on, old_logp_BxT - prox, 0.0)) / n,
+                  "is_weight_mean": jnp.sum(jnp.where(on, weight, 0.0)) / n,
+                  "is_capped_fraction": jnp.sum(on & (ratio > cfg.behaviour_tis_cap)) / n}
+    adv_BxT = adv_BxT * weight
+    old_logp_BxT = prox
   pg_BxT, aux = lookup(POLICY_LOSSES, cfg.policy_loss)(logp_BxT, old_logp_BxT, adv_BxT, cfg, mask)
   kl_BxT = kl_estimate(cfg.kl_estimator, logp_BxT, jax.lax.stop_gradient(ref_logp_BxT))
 
@@ -294,4 +317,5 @@ def policy_objective(logp_BxT, old_logp_BxT, ref_logp_BxT, adv_B, mask_BxT, cfg:
     loss = loss - cfg.entropy_coef * entropy
     metrics["entropy"] = entropy
   metrics["loss"] = loss
+  metrics.update(is_metrics)
   return loss, metrics

@@ -83,6 +83,41 @@ def test_per_domain_staleness_budgets(tmp_path, monkeypatch):
   assert [m["rollout/token_hash"] for m in a] == [m["rollout/token_hash"] for m in b]
 
 
+def test_weights_in_the_step_equal_the_recomputing_pass(tmp_path, monkeypatch):
+  """With one update per batch the truncated importance weights are taken in the
+  train step (no scoring pass); the same run with the scoring pass gives the same
+  losses, weights and parameters (1e-6)."""
+  import jax
+
+  from rlpt.trainer import Trainer
+  monkeypatch.chdir(ROOT)
+  out = []
+  for in_step in (True, False):
+    cd = grpo_default.get_config("smoke")
+    cd.progress = False
+    cd.checkpoint.every = 0
+    cd.optim.warmup_steps = 0
+    cd.rollout.staleness = 1
+    cd.base.cache_dir = str(tmp_path / "bases")
+    t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / f"r{in_step}"))
+    try:
+      assert t._tis_in_step
+      if not in_step:
+        t._tis_in_step = False
+        t._loss_cfg = t.cfg.loss_config()
+      ms = [t.train_step() for _ in range(3)]
+      out.append((ms, jax.tree.map(np.asarray, t.policy_params())))
+    finally:
+      t.close()
+  (a, pa), (b, pb) = out
+  assert [m["rollout/token_hash"] for m in a] == [m["rollout/token_hash"] for m in b]
+  for key in ("train/loss", "train/kl", "rollout/is_weight_mean", "rollout/sampler_kl"):
+    np.testing.assert_allclose([m[key] for m in a], [m[key] for m in b], rtol=1e-5, atol=1e-6)
+  assert a[2]["rollout/sampler_kl"] != 0
+  for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
+    np.testing.assert_allclose(x, y, atol=1e-6, rtol=0)
+
+
 def test_asynchronous_checkpoint_keeps_the_curriculum_updates_not_yet_applied(tmp_path,
                                                                              monkeypatch):
   from rlpt.trainer import Trainer
