@@ -3,9 +3,12 @@
     make train
     python -m launch.train --config=experiments/grpo_default.py --workdir=runs/grpo_default
     python -m launch.train --config=experiments/grpo_default.py:smoke --workdir=/tmp/smoke
+    python -m launch.train --config=experiments/grpo_default.py:async --workdir=runs/grpo_async
 
 The base model is built by experiments/pretrain_base.py on first use and cached
 under .cache/rlpt/bases. ``:smoke`` shrinks everything to a seconds-long run.
+``:async`` is the same job with asynchronous rollout: staleness 1, and 3 for
+the sandbox domains (code, shell), whose environments are the slow ones.
 Every field of rlpt.config.TrainConfig is present, so any of them can be
 overridden with ``--config.<section>.<field>=...``.
 """
@@ -37,6 +40,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     # 8 prompts per step: share_prefix splits prompts over up to 8 batch shards.
     c.rollout.update(batch_size=32, group_size=4)
     c.eval.update(every=2, tasks_per_domain=4)
+  elif arg == "async":
+    from environments import registry
+    c.rollout.staleness = 1
+    c.rollout.domain_staleness = {d: 3 for d in c.domains.ids
+                                  if "sandbox" in registry.get(d).tags}
   elif arg:
-    raise ValueError(f"Unknown grpo_default argument '{arg}'; expected '' or 'smoke'.")
+    raise ValueError(f"Unknown grpo_default argument '{arg}'; expected '', 'smoke' or 'async'.")
   return c

@@ -47,6 +47,15 @@ def check_batch(size: int, mesh: Mesh, rules: Rules, what: str) -> None:
                      f"{logical_to_spec(('batch',), rules)[0]}).")
 
 
+def row_bucket(n: int, full: int, multiple: int) -> int:
+  """Rows to compile for ``n`` of at most ``full``: ``full`` halved while that
+  still holds ``n`` rows and splits into ``multiple`` equal shards."""
+  size = full
+  while size % 2 == 0 and size // 2 >= n and (size // 2) % multiple == 0:
+    size //= 2
+  return size
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 

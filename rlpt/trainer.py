@@ -46,11 +46,13 @@ from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_with_signal,
                      kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B)
-from rlpt.rollout import (EnvPool, build_episode_sequences, build_sequences, encode_prompts,
-                          pad_contexts)
+from rlpt.rollout import build_sequences, encode_prompts
+from rlpt.rollout.batch import merge_parts, pad_width
+from rlpt.rollout.envs import make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
-from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global, is_primary, jit_sampler,
+from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global, is_primary,
+                          jit_sampler, row_bucket,
                           jit_step, make_reshard, place_params, place_train_state, replicated,
                           to_device, to_host, with_rules)
 from rlpt.sampling import Sampler, SamplingParams
@@ -311,7 +313,7 @@ class Trainer:
     full = self.cfg.rollout.batch_size // g
     size = max(full, n)
     if bucket_rows:
-      size = _row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules))
+      size = row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules))
     if size > n:
       ids = np.concatenate([ids, np.repeat(ids[:1], size - n, 0)])
       lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])
@@ -393,7 +395,7 @@ class Trainer:
     width = max(c["tokens"].shape[1] for c in cands)
     offset = 0
     for c, r in zip(cands, recs):
-      c.update(_pad_width(c, width, self.tokenizer.pad_id))
+      c.update(pad_width(c, width, self.tokenizer.pad_id))
       c["row"] = np.arange(offset, offset + len(r))
       offset += len(r)
     flat_records = [r for rs in recs for r in rs]
@@ -523,22 +525,7 @@ class Trainer:
     order = sorted(parts, reverse=True)  # the longest-lagging part first
     with concurrent.futures.ThreadPoolExecutor(len(order), "rlpt-wave-part") as ex:
       results = [f.result() for f in [ex.submit(play, k, parts[k]) for k in order]]
-    g = ro.group_size
-    width = max(a["tokens"].shape[1] for _, a, _, _ in results)
-    rows = np.concatenate([(np.asarray(idx)[:, None] * g + np.arange(g)).ravel()
-                           for idx, _, _, _ in results])
-    back = np.argsort(rows)  # the tasks' own order
-    padded = [{**a, **_pad_width(a, width, self.tokenizer.pad_id)} for _, a, _, _ in results]
-    arrays = {k: np.concatenate([p[k] for p in padded])[back] for k in padded[0]}
-    flat = [r for _, _, rs, _ in results for r in rs]
-    records = [flat[i] for i in back]
-    timings: dict[str, float] = collections.defaultdict(float)
-    n = len(records)
-    for _, a, rs, t in results:
-      for k, x in t.items():
-        # Times and counts add up; per-sample rates are weighted by rows.
-        timings[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else \
-            x * len(rs) / n
+    arrays, records, timings = merge_parts(results, ro.group_size, self.tokenizer.pad_id)
     return arrays, records, timings, state
 
   def train_step(self) -> dict:
@@ -938,37 +925,6 @@ class Trainer:
       self.writer.close()
 
 
-def make_env_pool(cfg: TrainConfig):
-  """The run's environment pool, on this host's threads or on Ray actors (``env.backend``)."""
-  e, ro = cfg.env, cfg.rollout
-  kwargs = dict(max_attempts=ro.max_attempts, max_turns=ro.max_turns,
-                sandbox_workers=e.sandbox_workers,
-                priorities=dict(zip(cfg.domains.ids, e.priorities)) if e.priorities else None,
-                retries=e.retries, backoff_s=e.backoff_s, job_timeout_s=e.job_timeout_s,
-                aging_s=e.aging_s, latency_s=e.latency_s, latency_dist=e.latency_dist)
-  if e.backend == "ray":
-    from rlpt.rollout.ray_backend import RayEnvPool
-    return RayEnvPool(cfg.domains.ids, workers=e.workers, address=e.ray_address,
-                      actors=e.ray_actors, **kwargs)
-  return EnvPool(cfg.domains.ids, workers=e.workers, **kwargs)
-
-
-def truncated_is_weights(policy_logp: np.ndarray, sampler_logp: np.ndarray, mask: np.ndarray,
-                         cap: float) -> tuple[np.ndarray, dict]:
-  """Per-token min(pi_policy / pi_sampler, cap) on sampled tokens (1 elsewhere), and
-  metrics of the sampler's mismatch: k1 estimate of KL(sampler || policy) and
-  the fraction of tokens whose weight was capped."""
-  ratio = np.exp(policy_logp - sampler_logp)
-  on = mask > 0
-  weight = np.where(on, np.minimum(ratio, cap), 1.0).astype(np.float32)
-  n = max(int(on.sum()), 1)
-  return weight, {
-      "rollout/sampler_kl": float(((sampler_logp - policy_logp) * on).sum() / n),
-      "rollout/is_weight_mean": float((weight * on).sum() / n),
-      "rollout/is_capped_fraction": float(((ratio > cap) & on).sum() / n),
-  }
-
-
 def _jsonable(x):
   """numpy scalars and arrays inside ``x`` as Python numbers and lists (exact)."""
   if isinstance(x, dict):
@@ -989,27 +945,6 @@ def _diff(old, new, path: str = "config") -> list[str]:
                          and math.isnan(old) and math.isnan(new)):
     return [f"{path}: {old!r} -> {new!r}"]
   return []
-
-
-def _row_bucket(n: int, full: int, multiple: int) -> int:
-  """Rows to compile for ``n`` of at most ``full``: ``full`` halved while that
-  still holds ``n`` rows and splits into ``multiple`` equal shards."""
-  size = full
-  while size % 2 == 0 and size // 2 >= n and (size // 2) % multiple == 0:
-    size //= 2
-  return size
-
-
-def _pad_width(arrays: dict, width: int, pad_id: int) -> dict:
-  """Right-pads the sequence arrays of a rollout to ``width`` tokens."""
-  extra = width - arrays["tokens"].shape[1]
-  if not extra:
-    return {}
-  return {
-      "tokens": np.pad(arrays["tokens"], ((0, 0), (0, extra)), constant_values=pad_id),
-      "loss_mask": np.pad(arrays["loss_mask"], ((0, 0), (0, extra))),
-      "old_logp": np.pad(arrays["old_logp"], ((0, 0), (0, extra))),
-  }
 
 
 def train(cfg: TrainConfig, workdir: str) -> dict:

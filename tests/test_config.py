@@ -30,6 +30,10 @@ def test_default_and_smoke_configs_build():
     cfg = from_config_dict(TrainConfig, grpo_default.get_config(arg))
     assert cfg.rollout.batch_size % cfg.rollout.group_size == 0
     from_config_dict(PretrainConfig, pretrain_base.get_config(arg))
+  cfg = from_config_dict(TrainConfig, grpo_default.get_config("async"))
+  assert cfg.rollout.staleness == 1 and cfg.rollout.max_staleness == 3
+  assert sorted(cfg.rollout.domain_staleness) == sorted(
+      d for d in cfg.domains.ids if d.startswith(("rlpt/code-", "rlpt/terminal-")))
 
 
 def test_unknown_key_is_named_with_a_suggestion():

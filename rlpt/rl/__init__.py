@@ -37,6 +37,7 @@ from rlpt.rl.filters import (
     overlong_filter_BxT,
     soft_overlong_penalty_B,
     truncated_B,
+    truncated_is_weights,
 )
 from rlpt.rl.kl import (
     KL_CONTROLLERS,

@@ -7,6 +7,7 @@ sampler's exactly.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -121,3 +122,40 @@ def build_episode_sequences(tokens: Sequence[Sequence[int]], model_mask: Sequenc
     mask[i, :n - 1] = model_mask[i][1:]
     lp[i, :n - 1] = logp[i][1:]
   return SequenceBatch(out, mask, lp)
+
+
+def pad_width(arrays: dict, width: int, pad_id: int) -> dict:
+  """Right-pads the sequence arrays of a rollout to ``width`` tokens."""
+  extra = width - arrays["tokens"].shape[1]
+  if not extra:
+    return {}
+  return {
+      "tokens": np.pad(arrays["tokens"], ((0, 0), (0, extra)), constant_values=pad_id),
+      "loss_mask": np.pad(arrays["loss_mask"], ((0, 0), (0, extra))),
+      "old_logp": np.pad(arrays["old_logp"], ((0, 0), (0, extra))),
+  }
+
+
+def merge_parts(parts, group_size: int, pad_id: int):
+  """One rollout from parts played separately (per-domain staleness budgets).
+
+  parts: (prompt indices, arrays, records, timings) per part, the arrays'
+  rows being each prompt's ``group_size`` samples in the part's order.
+  Returns (arrays, records, timings) with rows back in prompt order, every
+  part padded to the widest; times and counts add up over parts, per-sample
+  rates are weighted by rows.
+  """
+  width = max(a["tokens"].shape[1] for _, a, _, _ in parts)
+  rows = np.concatenate([(np.asarray(idx)[:, None] * group_size + np.arange(group_size)).ravel()
+                         for idx, _, _, _ in parts])
+  back = np.argsort(rows)
+  padded = [{**a, **pad_width(a, width, pad_id)} for _, a, _, _ in parts]
+  arrays = {k: np.concatenate([p[k] for p in padded])[back] for k in padded[0]}
+  flat = [r for _, _, rs, _ in parts for r in rs]
+  records = [flat[i] for i in back]
+  timings: dict[str, float] = collections.defaultdict(float)
+  n = len(records)
+  for _, _, rs, t in parts:
+    for k, x in t.items():
+      timings[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else x * len(rs) / n
+  return arrays, records, timings

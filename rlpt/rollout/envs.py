@@ -310,6 +310,21 @@ class EnvPool:
           envs.pop().close()
 
 
+def make_env_pool(cfg):
+  """A run's environment pool (``TrainConfig``): this host's threads or Ray actors (``env.backend``)."""
+  e, ro = cfg.env, cfg.rollout
+  kwargs = dict(max_attempts=ro.max_attempts, max_turns=ro.max_turns,
+                sandbox_workers=e.sandbox_workers,
+                priorities=dict(zip(cfg.domains.ids, e.priorities)) if e.priorities else None,
+                retries=e.retries, backoff_s=e.backoff_s, job_timeout_s=e.job_timeout_s,
+                aging_s=e.aging_s, latency_s=e.latency_s, latency_dist=e.latency_dist)
+  if e.backend == "ray":
+    from rlpt.rollout.ray_backend import RayEnvPool
+    return RayEnvPool(cfg.domains.ids, workers=e.workers, address=e.ray_address,
+                      actors=e.ray_actors, **kwargs)
+  return EnvPool(cfg.domains.ids, workers=e.workers, **kwargs)
+
+
 class PendingSteps:
   """Steps of a batch of episodes in flight (from `EnvPool.submit`).
 

@@ -13,8 +13,9 @@ Two ways to schedule the later turns:
 - batch-synchronous (``interleave=False``, the default): turn t+1 is sampled
   once every episode's turn t is graded. The sampled tokens do not depend on
   how long the environments take, so runs are reproducible.
-- interleaved (``interleave=True``): whenever the sampler is free it samples
-  the next turn of every episode whose environment has answered, so a slow
+- interleaved (``interleave=True``): the sampler samples the next turn of the
+  episodes whose environments have answered as soon as they are at least
+  ``min_ready`` (half) of those still running, or all of them, so a slow
   environment (a long sandbox job, a hung worker waiting on its timeout) holds
   back only its own episode. Which episodes share a sampler call then depends
   on the environments' timing, and with it the random draws: samples are still
@@ -29,6 +30,7 @@ pads to a bucketed batch size) and returns host arrays
 from __future__ import annotations
 
 import collections
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -51,14 +53,19 @@ class EpisodeRunner:
   tokenizer: encodes prompts / observations and decodes answers.
   stop_ids: tokens that end a completion (dropped from the answer text).
   bucket: prompt buffers are padded to a multiple of this many tokens.
+  min_ready: interleaved, the share of running episodes that must be ready
+    before the sampler runs (when nothing else is running, it runs anyway).
   """
 
   def __init__(self, pool, tokenizer, *, max_prompt_len: int, max_new_tokens: int,
-               stop_ids: Sequence[int], bucket: int, interleave: bool = False):
+               stop_ids: Sequence[int], bucket: int, interleave: bool = False,
+               min_ready: float = 0.5):
+    if not 0.0 < min_ready <= 1.0:
+      raise ValueError(f"min_ready must be in (0, 1], got {min_ready}")
     self.pool, self.tokenizer = pool, tokenizer
     self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
     self.stop_ids = set(int(x) for x in stop_ids)
-    self.bucket, self.interleave = bucket, interleave
+    self.bucket, self.interleave, self.min_ready = bucket, interleave, min_ready
 
   def _answer_text(self, row: np.ndarray, n: int) -> str:
     body = row[:n]
@@ -127,23 +134,34 @@ class EpisodeRunner:
     return EpisodeBatch(seq, st.final, stats, dict(timings))
 
   def _interleaved(self, episodes, rows, answers, st, sample, timings):
-    """Later turns as soon as each episode's environment answers (see the module doc)."""
+    """Later turns as soon as each episode's environment answers (see the module doc).
+
+    The sampler waits until at least ``min_ready`` of the running episodes are
+    ready (or nothing else is still running): fewer, fuller sampler calls,
+    while a straggler still holds back only itself.
+    """
     pending = self.pool.submit([episodes[i] for i in rows], answers)
     owner = list(rows)  # pending's step index -> episode
-    while len(pending):
-      t = time.perf_counter()
-      got = pending.wait()  # everything finished so far, at least one
-      timings["time/environments"] += time.perf_counter() - t
-      ready, ended = [], []
-      for k, step in got:
-        i = owner[k]
-        (ready if self._observe(st, i, step) else ended).append(i)
-      self.pool.abandon([episodes[i] for i in ended])
-      if ready:
+    ready: list[int] = []
+    while len(pending) or ready:
+      need = max(1, math.ceil(self.min_ready * (len(pending) + len(ready))))
+      if len(pending):
+        t = time.perf_counter()
+        # Block while too few are ready; otherwise take whatever else is done.
+        got = pending.wait(timeout=None if len(ready) < need else 0.0)
+        timings["time/environments"] += time.perf_counter() - t
+        ended = []
+        for k, step in got:
+          i = owner[k]
+          (ready if self._observe(st, i, step) else ended).append(i)
+        self.pool.abandon([episodes[i] for i in ended])
+        need = max(1, math.ceil(self.min_ready * (len(pending) + len(ready))))
+      if ready and (len(ready) >= need or not len(pending)):
         ready.sort()
         answers = sample(ready, first=False)
         pending.add([episodes[i] for i in ready], answers)
         owner.extend(ready)
+        ready = []
 
   def _observe(self, st: _State, i: int, step) -> bool:
     """Records episode i's step; True when it goes on (its observation appended)."""

@@ -77,12 +77,13 @@ def test_interleaved_turns_do_not_wait_for_the_slow_environment():
   assert int(inter.stats["generated"].sum()) == int(sync.stats["generated"].sum()) == 4 * 3 * 3
   # Batch-synchronous: one sampler call per turn, every episode in it.
   assert [n for n, _, _ in sync_calls] == [4, 4, 4]
-  # Interleaved: the three fast episodes take their turns 2 and 3 before the
-  # slow one's first step returns; the slow one follows alone.
-  rows = [n for n, _, _ in inter_calls]
-  assert rows == [4, 3, 3, 1, 1], rows
-  assert inter_calls[2][1] - inter_calls[0][1] < SLOW_S
-  assert inter.timings["rollout/sampler_calls"] == 5.0
+  # Interleaved: the three fast episodes take their turns 2 and 3 (6 rows)
+  # before the slow one's first step returns; the slow one follows alone.
+  start = inter_calls[0][1]
+  early = [n for n, t, _ in inter_calls[1:] if t - start < SLOW_S * 0.9]
+  late = [n for n, t, _ in inter_calls[1:] if t - start >= SLOW_S * 0.9]
+  assert sum(early) == 6 and late == [1, 1], inter_calls
+  assert inter.timings["rollout/sampler_calls"] == len(inter_calls)
 
 
 def test_batch_synchronous_later_turns_sample_only_running_episodes():
@@ -94,9 +95,9 @@ def test_batch_synchronous_later_turns_sample_only_running_episodes():
 
 
 def test_row_buckets_halve_while_they_hold_the_rows_and_split_evenly():
-  from rlpt.trainer import _row_bucket
-  assert [_row_bucket(n, 32, 1) for n in (32, 17, 16, 9, 5, 3, 1)] == [32, 32, 16, 16, 8, 4, 1]
+  from rlpt.runtime import row_bucket
+  assert [row_bucket(n, 32, 1) for n in (32, 17, 16, 9, 5, 3, 1)] == [32, 32, 16, 16, 8, 4, 1]
   # Eight batch shards: never below 8 rows.
-  assert [_row_bucket(n, 32, 8) for n in (32, 12, 3, 1)] == [32, 16, 8, 8]
+  assert [row_bucket(n, 32, 8) for n in (32, 12, 3, 1)] == [32, 16, 8, 8]
   # A full size that does not halve evenly stays as it is.
-  assert _row_bucket(2, 12, 4) == 12 and _row_bucket(2, 24, 4) == 12
+  assert row_bucket(2, 12, 4) == 12 and row_bucket(2, 24, 4) == 12

@@ -100,7 +100,7 @@ def test_int8_weights_and_kv_earn_the_same_reward_on_the_default_domains(plain, 
 
 
 def test_truncated_is_weights_against_numpy():
-  from rlpt.trainer import truncated_is_weights
+  from rlpt.rl import truncated_is_weights
   rng = np.random.default_rng(0)
   pol = rng.normal(-2, 1, (4, 9)).astype(np.float32)
   smp = pol + rng.normal(0, 0.5, (4, 9)).astype(np.float32)
