@@ -556,6 +556,9 @@ class Trainer:
       lag = self.step - versions
       timings["async/staleness"] = float(lag.mean())
       timings["async/staleness_max"] = float(lag.max())
+      # The histogram: the share of samples k updates old, for k = 0..bound.
+      for k in range(self.cfg.rollout.max_staleness + 1):
+        timings[f"async/staleness_share/{k}"] = float(np.mean(lag == k))
       for d in sorted({r["domain"] for r in records}):
         timings[f"async/staleness/{d}"] = float(np.mean(
             [x for x, r in zip(lag, records) if r["domain"] == d]))
