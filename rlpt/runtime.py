@@ -47,11 +47,13 @@ def check_batch(size: int, mesh: Mesh, rules: Rules, what: str) -> None:
                      f"{logical_to_spec(('batch',), rules)[0]}).")
 
 
-def row_bucket(n: int, full: int, multiple: int) -> int:
+def row_bucket(n: int, full: int, multiple: int, smallest: int = 1) -> int:
   """Rows to compile for ``n`` of at most ``full``: ``full`` halved while that
-  still holds ``n`` rows and splits into ``multiple`` equal shards."""
+  still holds ``n`` rows, splits into ``multiple`` equal shards and is at least
+  ``smallest`` (so a run compiles a handful of sizes, not one per count)."""
   size = full
-  while size % 2 == 0 and size // 2 >= n and (size // 2) % multiple == 0:
+  while (size % 2 == 0 and size // 2 >= max(n, smallest)
+         and (size // 2) % multiple == 0):
     size //= 2
   return size
 

@@ -294,8 +294,9 @@ class Trainer:
     ``params`` / ``key``: the sampler's weights and PRNG key (default: the
     latest weights and the next split of the trainer's key). Any number of
     rows up to the rollout batch: fewer (later turns, one domain's share of a
-    batch) are padded to the next bucket (the batch halved while it holds
-    them and splits evenly over the batch shards), compiled once per bucket;
+    batch) are padded to the next bucket (the batch halved, down to an
+    eighth, while it holds them and splits evenly over the batch shards),
+    compiled once per bucket;
     ``bucket_rows=False`` pads to the whole batch (no new program).
     """
     if key is None:
@@ -313,7 +314,8 @@ class Trainer:
     full = self.cfg.rollout.batch_size // g
     size = max(full, n)
     if bucket_rows:
-      size = row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules))
+      size = row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules),
+                        smallest=max(1, full // 8))
     if size > n:
       ids = np.concatenate([ids, np.repeat(ids[:1], size - n, 0)])
       lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])

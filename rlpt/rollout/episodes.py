@@ -66,6 +66,9 @@ class EpisodeRunner:
     self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
     self.stop_ids = set(int(x) for x in stop_ids)
     self.bucket, self.interleave, self.min_ready = bucket, interleave, min_ready
+    # Later turns' contexts vary in length far more than prompts: a coarser
+    # bucket keeps the number of compiled sampler shapes small.
+    self.turn_bucket = 4 * bucket
 
   def _answer_text(self, row: np.ndarray, n: int) -> str:
     body = row[:n]
@@ -101,7 +104,7 @@ class EpisodeRunner:
         ids_, lengths_ = ids, lengths
       else:
         ids_, lengths_ = pad_contexts([st.ctx[i] for i in rows], self.max_prompt_len,
-                                      self.tokenizer.pad_id, self.bucket)
+                                      self.tokenizer.pad_id, self.turn_bucket)
       sub = None if key is None else fold_in(key, calls)
       t = time.perf_counter()
       comp, lp, n_out = generate(ids_, lengths_, grouped and first, sub)

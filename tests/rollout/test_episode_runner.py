@@ -99,5 +99,7 @@ def test_row_buckets_halve_while_they_hold_the_rows_and_split_evenly():
   assert [row_bucket(n, 32, 1) for n in (32, 17, 16, 9, 5, 3, 1)] == [32, 32, 16, 16, 8, 4, 1]
   # Eight batch shards: never below 8 rows.
   assert [row_bucket(n, 32, 8) for n in (32, 12, 3, 1)] == [32, 16, 8, 8]
+  # A floor: never below an eighth of the batch.
+  assert [row_bucket(n, 128, 1, smallest=16) for n in (100, 40, 9, 1)] == [128, 64, 16, 16]
   # A full size that does not halve evenly stays as it is.
   assert row_bucket(2, 12, 4) == 12 and row_bucket(2, 24, 4) == 12
