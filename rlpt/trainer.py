@@ -45,7 +45,7 @@ from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_ada
 from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_with_signal,
                      kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
-                     sequence_kl_B, soft_overlong_penalty_B, truncated_B)
+                     sequence_kl_B, soft_overlong_penalty_B, truncated_B, truncated_is_weights)
 from rlpt.rollout import build_sequences, encode_prompts
 from rlpt.rollout.batch import merge_parts, pad_width
 from rlpt.rollout.envs import make_env_pool

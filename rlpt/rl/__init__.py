@@ -86,6 +86,7 @@ __all__ = [
     "overlong_filter_BxT",
     "soft_overlong_penalty_B",
     "truncated_B",
+    "truncated_is_weights",
     "KL_CONTROLLERS",
     "AdaptiveKLController",
     "FixedKLController",
