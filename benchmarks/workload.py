@@ -27,8 +27,13 @@ once) and by XLA's cost analysis for the reference pass and the update. The
 roofline is the fp32 matmul rate measured in the same run (a 1024^3 matmul,
 best of 5).
 ``--runs`` repeats the whole measurement and prints median [min-max].
+
+On a CPU host rlpt runs one XLA device per core (single-threaded ops) with
+the batch sharded over them; ``RLPT_CPU_DEVICES=1`` measures one device using
+every core per op instead.
 """
 
+import math
 import os
 import statistics
 import sys
@@ -36,16 +41,30 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+VOCAB, PROMPT = 512, 32
+SAMPLE_ROWS, SAMPLE_NEW = 32, 128
+GRPO_PROMPTS, GROUP, GRPO_NEW = 8, 8, 64
+WARMUP_STEPS, TIMED_STEPS = 2, 5
+
+# rlpt on a CPU host runs SPMD over one XLA device per core, each running its
+# ops on one thread, with the batch sharded over them: the data parallelism a
+# multi-chip mesh uses, instead of one device splitting every small op across
+# the cores. It must be set before JAX starts (the peers' processes get the
+# environment as it was before: PEER_ENV). RLPT_CPU_DEVICES=1 measures the
+# single-device default; an XLA_FLAGS already set is left alone.
+PEER_ENV = dict(os.environ)
+CPU_DEVICES = int(os.environ.get("RLPT_CPU_DEVICES",
+                                 math.gcd(os.cpu_count() or 1, GRPO_PROMPTS, SAMPLE_ROWS)))
+if CPU_DEVICES > 1 and "XLA_FLAGS" not in os.environ:
+  os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={CPU_DEVICES} "
+                             "--xla_cpu_multi_thread_eigen=false")
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 
-VOCAB, PROMPT = 512, 32
-SAMPLE_ROWS, SAMPLE_NEW = 32, 128
-GRPO_PROMPTS, GROUP, GRPO_NEW = 8, 8, 64
-WARMUP_STEPS, TIMED_STEPS = 2, 5
 
 
 def prompts(seed: int) -> dict[str, np.ndarray]:
@@ -68,12 +87,19 @@ def model_config():
 
 
 def matmul_roofline() -> float:
-  """fp32 GFLOP/s of a large matmul on this machine (best of 5)."""
-  a = jax.random.normal(jax.random.key(0), (1024, 1024), jnp.float32)
+  """fp32 GFLOP/s of large matmuls on this machine, one 1024^3 per device at
+  once (every device busy, as in the workload; best of 5)."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec
+  n = jax.device_count()
+  mesh = Mesh(np.array(jax.devices()), ("data",))
+  a = jax.device_put(jax.random.normal(jax.random.key(0), (1024 * n, 1024), jnp.float32),
+                     NamedSharding(mesh, PartitionSpec("data", None)))
+  b = jax.device_put(jax.random.normal(jax.random.key(1), (1024, 1024), jnp.float32),
+                     NamedSharding(mesh, PartitionSpec()))
   f = jax.jit(lambda x, y: x @ y)
-  f(a, a).block_until_ready()
-  best = min(_timed(lambda: f(a, a).block_until_ready()) for _ in range(5))
-  return 2 * 1024 ** 3 / best / 1e9
+  f(a, b).block_until_ready()
+  best = min(_timed(lambda: f(a, b).block_until_ready()) for _ in range(5))
+  return 2 * n * 1024 ** 3 / best / 1e9
 
 
 def _timed(fn) -> float:
@@ -99,9 +125,11 @@ def generation_flops(cfg, rows: int, prompt: int, new: int, group: int = 1) -> f
 
 
 def _flops(jitted, *args) -> float:
+  """XLA's FLOP count of a data-parallel program: its cost analysis is of the
+  per-device program, which every device runs on its share of the rows."""
   cost = jitted.lower(*args).compile().cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost.get("flops", float("nan")))
+  return float(cost.get("flops", float("nan"))) * jax.device_count()
 
 
 def measure(seed: int = 0) -> dict:
@@ -119,8 +147,16 @@ def measure(seed: int = 0) -> dict:
   from rlpt.steps import (Counts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
                           rl_train_step, sequence_logprobs)
 
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
   cfg = model_config()
+  # Parameters replicated, rows sharded over the devices (one per core on CPU).
+  mesh = Mesh(np.array(jax.devices()), ("data",))
+  rep = NamedSharding(mesh, PartitionSpec())
+  rows2 = NamedSharding(mesh, PartitionSpec("data", None))
+  rows1 = NamedSharding(mesh, PartitionSpec("data"))
   graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(seed)))
+  params = jax.device_put(params, rep)
   reference = jax.tree.map(jnp.copy, params)
   sampling = SamplingParams(1.0)
   data = prompts(seed)
@@ -128,9 +164,10 @@ def measure(seed: int = 0) -> dict:
 
   # Sampling: no stop ids, so every row generates exactly SAMPLE_NEW tokens.
   sampler = Sampler(graphdef, cfg, PROMPT, SAMPLE_NEW, 0, ())
-  generate = jax.jit(lambda p, ids, lens, key: sampler.generate(p, ids, lens, key, sampling))
-  ids = data["sample"]
-  lens = np.full((SAMPLE_ROWS,), PROMPT, np.int32)
+  generate = jax.jit(lambda p, ids, lens, key: sampler.generate(p, ids, lens, key, sampling),
+                     in_shardings=(rep, rows2, rows1, rep))
+  ids = jax.device_put(data["sample"], rows2)
+  lens = jax.device_put(np.full((SAMPLE_ROWS,), PROMPT, np.int32), rows1)
   jax.block_until_ready(generate(params, ids, lens, jax.random.key(0)))
   times = [_timed(lambda i=i: jax.block_until_ready(generate(params, ids, lens, jax.random.key(i))))
            for i in range(1, 4)]
@@ -139,20 +176,23 @@ def measure(seed: int = 0) -> dict:
 
   # GRPO step.
   optimizer = make_optimizer(OptimConfig(learning_rate=1e-5, grad_clip=1e9), 100)
-  state = init_train_state(params, optimizer)
+  state = jax.device_put(init_train_state(params, optimizer), rep)
   loss_cfg = LossConfig(policy_loss="ppo_clip", kl_beta=0.04, kl_estimator="k3",
                         aggregation="token-mean", norm_len=GRPO_NEW)
   # Each group samples from its prompt's one prefilled cache (rollout.share_prefix:
   # the same distribution; log-probs equal the trainer's, tests/sampling/test_prefix.py).
   gsampler = FastSampler(graphdef, cfg, PROMPT, GRPO_NEW, 0, (), PrefixLayout(GROUP))
-  ggen = lambda p, ids, lens, key: gsampler.generate(p, ids, lens, key, sampling)
+  ggen = jax.jit(lambda p, ids, lens, key: gsampler.generate(p, ids, lens, key, sampling),
+                 in_shardings=(rep, rows2, rows1, rep))
   # Each group's 8 rows share their 32 prompt tokens: the reference pass and the
   # update run each prompt once (same log-probs and gradients; rlpt.steps.SharedPrefix).
   shared = SharedPrefix(PROMPT, GROUP)
-  logprobs = jax.jit(lambda p, t: sequence_logprobs(graphdef, p, t, sampling, shared))
+  logprobs = jax.jit(lambda p, t: sequence_logprobs(graphdef, p, t, sampling, shared),
+                     in_shardings=(rep, rows2), out_shardings=rows2)
   update = jax.jit(lambda s, b, c, k: rl_train_step(s, b, c, k, graphdef=graphdef,
                                                      optimizer=optimizer, loss_cfg=loss_cfg,
                                                      sampling=sampling, shared=shared),
+                   in_shardings=(rep, rows2, rep, rep), out_shardings=(rep, rep),
                    donate_argnums=0)
   rows = GRPO_PROMPTS * GROUP
 

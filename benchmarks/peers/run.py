@@ -60,8 +60,11 @@ def run_peer(peer: str, files: dict, out: str) -> dict:
   log = out.replace(".json", ".log")
   t = time.perf_counter()
   with open(log, "w") as f:
+    # The environment as it was before rlpt's CPU device settings (workload.PEER_ENV):
+    # each peer runs with its own defaults.
+    import workload as W
     proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=_TIMEOUT.value,
-                          cwd=ROOT)
+                          cwd=ROOT, env=W.PEER_ENV)
   if proc.returncode != 0:
     with open(log) as f:
       tail = "".join(f.readlines()[-30:])
