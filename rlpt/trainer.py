@@ -52,9 +52,8 @@ from rlpt.rollout.envs import make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
 from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global, is_primary,
-                          jit_sampler, row_bucket,
-                          jit_step, make_reshard, place_params, place_train_state, replicated,
-                          to_device, to_host, with_rules)
+                          jit_sampler, jit_step, make_reshard, place_params, place_train_state,
+                          replicated, row_bucket, to_device, to_host, with_rules)
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sampling.cached import FastSampler, FlatLayout
 from rlpt.sampling.drafted import DraftedSampling
