@@ -331,6 +331,11 @@ class RolloutConfig:
   weights_int8: bool = False
   kv_int8: bool = False
   share_prefix: bool = False
+  # Decode in this many stages over a KV cache grown between them, so early
+  # steps do not read the slots of tokens not yet generated (same samples;
+  # each stage compiles its own loop). Worth it when completions are long next
+  # to prompts; dense attention only (rlpt.sampling.sampler).
+  decode_phases: int = 1
 
   @property
   def fast_sampler(self) -> bool:
@@ -349,6 +354,9 @@ class RolloutConfig:
     _require(self.max_new_tokens > 0, f"rollout.max_new_tokens must be > 0, got {self.max_new_tokens}.")
     _require(self.temperature > 0,
              f"rollout.temperature must be > 0 for RL sampling, got {self.temperature}.")
+    _require(1 <= self.decode_phases <= self.max_new_tokens,
+             f"rollout.decode_phases must be in [1, rollout.max_new_tokens={self.max_new_tokens}], "
+             f"got {self.decode_phases}.")
     _require(self.staleness >= 0, f"rollout.staleness must be >= 0 (0 = synchronous), got "
              f"{self.staleness}.")
     for d, k in self.domain_staleness.items():
@@ -693,6 +701,11 @@ class TrainConfig:
     unknown = sorted(set(self.rollout.domain_staleness) - set(self.domains.ids))
     _require(not unknown, f"rollout.domain_staleness names domains that are not in domains.ids: "
              f"{unknown}; expected some of {list(self.domains.ids)}.")
+    if self.rollout.decode_phases > 1:
+      _require(self.base.attention_impl in ("", "dense") and not self.speculative.gamma,
+               f"rollout.decode_phases={self.rollout.decode_phases} needs the dense-attention "
+               f"samplers; base.attention_impl is '{self.base.attention_impl}' and "
+               f"speculative.gamma {self.speculative.gamma} (use decode_phases=1).")
     _require(not (self.rollout.domain_staleness and self.rl.dynamic_sampling),
              "rollout.domain_staleness cannot be combined with rl.dynamic_sampling (its refill "
              "rollouts are drawn from the first one's results, so a batch has one version); "

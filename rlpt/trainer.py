@@ -235,10 +235,12 @@ class Trainer:
     modes = {self.sampling, self.eval_sampling}
     self._spec = None
     if not (ro.fast_sampler or cfg.speculative.gamma):
-      self.sampler = Sampler(self.graphdef, self.model_cfg, *args)
+      self.sampler = Sampler(self.graphdef, self.model_cfg, *args,
+                             decode_phases=ro.decode_phases)
     else:
       try:
-        self.sampler = FastSampler(self.graphdef, self.model_cfg, *args, FlatLayout(ro.kv_int8))
+        self.sampler = FastSampler(self.graphdef, self.model_cfg, *args, FlatLayout(ro.kv_int8),
+                                   ro.decode_phases)
       except ValueError as e:
         raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
       if ro.weights_int8:
@@ -250,7 +252,7 @@ class Trainer:
         check_batch(ro.prompts_per_step, self.mesh, self.sample_rules,
                     "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
         grouped = FastSampler(self.graphdef, self.model_cfg, *args,
-                              PrefixLayout(ro.group_size, ro.kv_int8))
+                              PrefixLayout(ro.group_size, ro.kv_int8), ro.decode_phases)
         self._group_generate_fns = {
             self.sampling: jit_sampler(grouped, self.sampling, param_sh, self.mesh,
                                        self.sample_rules)}

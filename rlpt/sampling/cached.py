@@ -10,6 +10,7 @@ attention to a *layout*: a small hashable object with
   init(cfg, batch, length) -> cache
   prefill(graphdef, cfg, params, prompts_PxL, lengths_P, suffix_len) -> cache
   attend(cache, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT) -> (out, cache)
+  grow(cache, extra) -> cache with ``extra`` more slots after the prompt
   group_size: rows per prompt (1, or G for a prefix-shared group)
 
 ``FlatLayout`` (here) keeps one cache row per sequence with slot = position,
@@ -19,7 +20,8 @@ length), rolling a row back is only moving its position: entries beyond it
 are masked by position and overwritten by the next write.
 
 ``FastSampler`` is the plain (one token per step) decode loop over any
-layout, with int8 or fp32 weights; ``rlpt.sampling.speculative`` adds a draft.
+layout, with int8 or fp32 weights, in ``decode_phases`` stages over a growing
+cache (see rlpt.sampling.sampler); ``rlpt.sampling.speculative`` adds a draft.
 
 Shape suffixes: P prompts, B rows (P * group_size), T new tokens, S cache
 slots, L layers, N query heads, K kv heads, H head_dim, V vocab.
@@ -40,7 +42,7 @@ from rlpt.models.transformer import apply_rope
 from rlpt.sampling.logits import SamplingParams, sample_token
 from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, dequantize_kv,
                                  init_int8_cache, quantize_kv)
-from rlpt.sampling.sampler import SampleOutput
+from rlpt.sampling.sampler import SampleOutput, check_decode_phases, decode_bounds, grow_slots
 
 AnyKV = KVCache | Int8KVCache
 
@@ -180,6 +182,9 @@ class FlatLayout:
   def init(self, cfg: ModelConfig, batch: int, length: int) -> AnyKV:
     return init_int8_cache(cfg, batch, length) if self.kv_int8 else init_cache(cfg, batch, length)
 
+  def grow(self, cache: AnyKV, extra: int) -> AnyKV:
+    return grow_slots(cache, extra)
+
   def attend(self, cache: AnyKV, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
     cache = write_layer(cache, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0])
     k, v = read_layer(cache, layer)
@@ -230,9 +235,11 @@ class FastSampler:
   pad_id: int
   stop_ids: tuple[int, ...]
   layout: object = FlatLayout()
+  decode_phases: int = 1
 
   def __post_init__(self):
     check_model_cfg(self.model_cfg)
+    check_decode_phases(self.decode_phases, self.max_new_tokens)
 
   def generate(self, params: nnx.State | QuantizedState, prompts_PxL, lengths_P,
                rng: jax.Array, sampling: SamplingParams) -> SampleOutput:
@@ -258,8 +265,11 @@ def _fast_generate(sampler: FastSampler, params, prompts_PxL, lengths_P, rng,
                    sampling: SamplingParams) -> SampleOutput:
   params = as_params(params)
   layout, n_new = sampler.layout, sampler.max_new_tokens
+  # Step t writes suffix slot (len - 1 - prompt width) + t < t + 1: each phase's
+  # cache holds the steps before its bound (the last one n_new + 1 slots).
+  bounds = decode_bounds(n_new, sampler.decode_phases)
   cache = layout.prefill(sampler.graphdef, sampler.model_cfg, params, prompts_PxL, lengths_P,
-                         n_new + 1)
+                         bounds[0] + 1)
   pending_B, position_B = start_rows(prompts_PxL, lengths_P, layout.group_size)
   b = pending_B.shape[0]
   stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
@@ -280,5 +290,9 @@ def _fast_generate(sampler: FastSampler, params, prompts_PxL, lengths_P, rng,
   state = _LoopState(jnp.zeros((), jnp.int32), jnp.full((b, n_new), sampler.pad_id, jnp.int32),
                      jnp.zeros((b, n_new), jnp.float32), jnp.zeros((b,), bool),
                      jnp.zeros((b,), jnp.int32), position_B, pending_B, cache, rng)
-  state = jax.lax.while_loop(lambda s: (s.step < n_new) & ~jnp.all(s.done_B), body, state)
+  for j, end in enumerate(bounds):
+    if j:
+      state = state._replace(cache=layout.grow(state.cache, end - bounds[j - 1]))
+    state = jax.lax.while_loop(lambda s, end=end: (s.step < end) & ~jnp.all(s.done_B), body,
+                               state)
   return SampleOutput(state.tokens_BxN, state.logprobs_BxN, state.lengths_B)

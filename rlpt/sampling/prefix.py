@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from rlpt.models import ModelConfig
 from rlpt.sampling.cached import (AnyKV, FlatLayout, attention_with_lse, merge_attention,
                                   read_layer, write_layer)
+from rlpt.sampling.sampler import grow_slots
 
 
 class PrefixCache(NamedTuple):
@@ -62,6 +63,10 @@ class PrefixLayout:
     prefix = flat.prefill(graphdef, cfg, params, prompts_PxL, lengths_P, 0)
     suffix = flat.init(cfg, prompts_PxL.shape[0] * self.group_size, suffix_len)
     return PrefixCache(prefix, lengths_P - 1, suffix)
+
+  def grow(self, cache: PrefixCache, extra: int) -> PrefixCache:
+    """More suffix slots (the shared prefix is complete after prefill)."""
+    return cache._replace(suffix=grow_slots(cache.suffix, extra))
 
   def attend(self, cache: PrefixCache, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
     b, t, n, h = q_BxTxNxH.shape

@@ -7,6 +7,14 @@ computes. A jitted prefill fills the preallocated KV cache; a jitted
 ``lax.while_loop`` then decodes one token per row per iteration, writing each
 row's key/value at that row's own position, until every row has emitted a stop
 token or ``max_new_tokens`` is reached. The cache and loop state are donated.
+
+Decode phases (``decode_phases`` > 1): a decode step reads every slot of the
+cache, written or not, so a cache sized for the last token makes the early
+steps read mostly empty slots. With phases the loop runs in stages, each over
+a cache just long enough for its steps, grown (zero-padded, once per phase)
+before the next: attention then reads about (k + 1) / 2k of the slots it
+would otherwise. The tokens and log-probs are the same (unwritten slots are
+masked either way); each phase compiles its own loop body.
 """
 
 from __future__ import annotations
@@ -66,6 +74,14 @@ class Sampler:
   max_new_tokens: int
   pad_id: int
   stop_ids: tuple[int, ...]
+  decode_phases: int = 1
+
+  def __post_init__(self):
+    check_decode_phases(self.decode_phases, self.max_new_tokens)
+    if self.decode_phases > 1 and self.long_context:
+      raise ValueError(f"decode_phases {self.decode_phases} needs dense attention; this model's "
+                       f"attention_impl is '{self.model_cfg.attention_impl}' (its cache is "
+                       "whole blocks, sharded over the sequence axis): use decode_phases=1.")
 
   @property
   def long_context(self) -> bool:
@@ -85,13 +101,13 @@ class Sampler:
     if p > self.max_prompt_len:
       raise ValueError(f"prompt buffer has width {p}; this sampler allows at most "
                        f"{self.max_prompt_len}.")
-    length = p + self.max_new_tokens
+    # Step t writes slot lengths_B + t <= p + t; the first phase's cache holds
+    # the steps before the first bound.
+    length = p + decode_bounds(self.max_new_tokens, self.decode_phases)[0]
     if self.long_context:
       # Whole blocks, divisible by any sequence-axis size up to 128.
       length = -(-length // 128) * 128
-    cache = init_cache(self.model_cfg, b, length)
-    cache = KVCache(tuple(constrain(c, K_CACHE_AXES) for c in cache.k),
-                    tuple(constrain(c, KV_CACHE_AXES) for c in cache.v))
+    cache = _constrain_cache(init_cache(self.model_cfg, b, length))
     logits_BxV, cache = _prefill(self, params, jnp.asarray(prompts_BxP, jnp.int32),
                                  jnp.asarray(prompt_lengths_B, jnp.int32), cache)
     state = _DecodeState(
@@ -105,8 +121,47 @@ class Sampler:
         cache=cache,
         rng=rng,
     )
-    state = _decode(self, params, state, sampling)
+    # One phase updates the donated cache in place; phases grow it, so the
+    # first phase's buffers cannot become the output's.
+    decode = _decode if self.decode_phases == 1 else _decode_growing
+    state = decode(self, params, state, sampling)
     return SampleOutput(state.tokens_BxN, state.logprobs_BxN, state.lengths_B)
+
+
+def check_decode_phases(phases: int, max_new_tokens: int):
+  if not 1 <= phases <= max_new_tokens:
+    raise ValueError(f"decode_phases must be in [1, max_new_tokens={max_new_tokens}], "
+                     f"got {phases}.")
+
+
+def decode_bounds(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int, ...]:
+  """The step each decode phase ends before: ``phases`` near-equal stages of
+  ``max_new_tokens`` steps, bounds rounded up to ``multiple`` (fewer shapes),
+  the last one ``max_new_tokens``."""
+  bounds = []
+  for j in range(1, phases + 1):
+    t = min(max_new_tokens, -(-(max_new_tokens * j // phases) // multiple) * multiple)
+    if t > (bounds[-1] if bounds else 0):
+      bounds.append(t)
+  return tuple(bounds)
+
+
+def grow_slots(cache, extra: int):
+  """``cache`` (KVCache or rlpt.sampling.quant.Int8KVCache) with ``extra`` more
+  zero slots at the end of every layer: keys [B, K, H, S] (slots last), values
+  [B, K, S, H] and int8 scales [B, K, S] (slots at axis 2)."""
+  def pad(x, axis):
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths)
+  fields = {name: tuple(pad(x, 3 if name == "k" else 2) for x in getattr(cache, name))
+            for name in cache._fields}
+  return type(cache)(**fields)
+
+
+def _constrain_cache(cache: KVCache) -> KVCache:
+  return KVCache(tuple(constrain(c, K_CACHE_AXES) for c in cache.k),
+                 tuple(constrain(c, KV_CACHE_AXES) for c in cache.v))
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=4)
@@ -124,16 +179,31 @@ def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
   return last, cache
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3), donate_argnums=2)
-def _decode(sampler: Sampler, params, state: _DecodeState, sampling: SamplingParams):
+def _decode_impl(sampler: Sampler, params, state: _DecodeState, sampling: SamplingParams):
   model = nnx.merge(sampler.graphdef, params)
+  stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
+  bounds = decode_bounds(sampler.max_new_tokens, sampler.decode_phases)
+  for j, end in enumerate(bounds):
+    if j:
+      state = state._replace(cache=_constrain_cache(grow_slots(state.cache,
+                                                               end - bounds[j - 1])))
+    state = _decode_phase(sampler, model, state, sampling, stop_ids, end)
+  return state
+
+
+_decode = jax.jit(_decode_impl, static_argnums=(0, 3), donate_argnums=2)
+_decode_growing = jax.jit(_decode_impl, static_argnums=(0, 3))
+
+
+def _decode_phase(sampler: Sampler, model, state: _DecodeState, sampling: SamplingParams,
+                  stop_ids: jax.Array, end: int) -> _DecodeState:
+  """Decode steps until step ``end`` (or every row is done) over the cache as it is."""
   b = state.done_B.shape[0]
   s_len = state.cache.length
   key_pos_BxS = jnp.broadcast_to(jnp.arange(s_len, dtype=jnp.int32), (b, s_len))
-  stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
 
   def cond(s: _DecodeState):
-    return (s.step < sampler.max_new_tokens) & ~jnp.all(s.done_B)
+    return (s.step < end) & ~jnp.all(s.done_B)
 
   def body(s: _DecodeState):
     rng, sub = jax.random.split(s.rng)

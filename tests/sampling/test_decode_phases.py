@@ -1,0 +1,128 @@
+"""Decode phases (a cache grown in stages) sample exactly what one full-size cache samples.
+
+Same rng stream, so the same tokens are drawn; log-probs agree to 2e-5
+(fp32: the softmax runs over fewer masked slots, which only changes the
+summation's shape; masked slots contribute exactly 0 either way).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rlpt.models import KVCache, ModelConfig, Transformer, init_cache
+from rlpt.rollout import build_sequences
+from rlpt.sampling import Sampler, SamplingParams
+from rlpt.sampling.cached import FastSampler, FlatLayout
+from rlpt.sampling.prefix import PrefixLayout
+from rlpt.sampling.quant import init_int8_cache
+from rlpt.sampling.sampler import decode_bounds, grow_slots
+from rlpt.steps import sequence_logprobs
+
+CFG = ModelConfig(vocab_size=40, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                  head_dim=8, mlp_dim=48)
+PAD, BOS, EOS = 37, 38, 39
+ATOL = 2e-5
+SAMPLING = SamplingParams(1.0)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return nnx.split(Transformer(CFG, nnx.Rngs(0)))
+
+
+def _prompts(b=4, p=10, seed=0):
+  rng = np.random.default_rng(seed)
+  lengths = np.array([1, p] + list(rng.integers(2, p, size=b - 2)), np.int32)
+  ids = np.full((b, p), PAD, np.int32)
+  for i, n in enumerate(lengths):
+    ids[i, 0] = BOS
+    ids[i, 1:n] = rng.integers(0, 30, size=n - 1)
+  return ids, lengths
+
+
+def _assert_same(out, ref):
+  np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
+  np.testing.assert_array_equal(np.asarray(out.lengths), np.asarray(ref.lengths))
+  np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(ref.logprobs), atol=ATOL,
+                             rtol=0)
+
+
+def test_bounds():
+  assert decode_bounds(128, 1) == (128,)
+  assert decode_bounds(128, 4) == (32, 64, 96, 128)
+  assert decode_bounds(20, 3) == (8, 16, 20)        # rounded up to 8, last = max_new_tokens
+  assert decode_bounds(5, 4) == (5,)                # rounding merges phases
+  assert decode_bounds(64, 8, multiple=1) == tuple(range(8, 65, 8))
+
+
+def test_grow_slots_pads_the_slot_axis():
+  cache = init_cache(CFG, 3, 5)
+  cache = KVCache(tuple(c + 1 for c in cache.k), tuple(c + 2 for c in cache.v))
+  grown = grow_slots(cache, 4)
+  assert grown.k[0].shape == (3, 2, 8, 9) and grown.v[0].shape == (3, 2, 9, 8)
+  np.testing.assert_array_equal(grown.k[1][..., :5], cache.k[1])
+  np.testing.assert_array_equal(grown.v[1][:, :, :5], cache.v[1])
+  assert not np.any(grown.k[0][..., 5:]) and not np.any(grown.v[0][:, :, 5:])
+  q = grow_slots(init_int8_cache(CFG, 3, 5), 2)
+  assert q.k[0].shape == (3, 2, 8, 7) and q.v[0].shape == (3, 2, 7, 8)
+  assert q.k_scale[0].shape == q.v_scale[0].shape == (3, 2, 7)
+
+
+@pytest.mark.parametrize("phases", [2, 3, 12])
+def test_plain_sampler_phases_equal_one_cache(model, phases):
+  graphdef, params = model
+  ids, lengths = _prompts()
+  ref = Sampler(graphdef, CFG, 10, 12, PAD, (EOS,)).generate(params, ids, lengths,
+                                                             jax.random.key(3), SAMPLING)
+  out = Sampler(graphdef, CFG, 10, 12, PAD, (EOS,), decode_phases=phases).generate(
+      params, ids, lengths, jax.random.key(3), SAMPLING)
+  _assert_same(out, ref)
+  # ...and the trainer scores the phased samples with the same log-probs.
+  tokens, logp, n = map(np.asarray, out)
+  seq = build_sequences(ids, lengths, tokens, n, logp, PAD)
+  mask = seq.loss_mask > 0
+  trainer = sequence_logprobs(graphdef, params, jnp.asarray(seq.tokens), SAMPLING)
+  np.testing.assert_allclose(np.asarray(trainer)[mask], seq.logp[mask], atol=ATOL, rtol=0)
+
+
+def test_plain_sampler_stops_inside_an_early_phase(model):
+  # Every row stops at the first token it draws after the stop id becomes likely:
+  # with stop ids covering most of the vocabulary, all rows finish in phase 1 and
+  # the later phases' loops run no step.
+  graphdef, params = model
+  ids, lengths = _prompts()
+  stops = tuple(range(0, 36))
+  ref = Sampler(graphdef, CFG, 10, 16, PAD, stops).generate(params, ids, lengths,
+                                                            jax.random.key(0), SAMPLING)
+  out = Sampler(graphdef, CFG, 10, 16, PAD, stops, decode_phases=4).generate(
+      params, ids, lengths, jax.random.key(0), SAMPLING)
+  _assert_same(out, ref)
+  assert np.asarray(out.lengths).max() < 8
+
+
+@pytest.mark.parametrize("layout", [FlatLayout(), FlatLayout(kv_int8=True), PrefixLayout(3),
+                                    PrefixLayout(3, kv_int8=True)],
+                         ids=["flat", "flat-int8", "prefix", "prefix-int8"])
+def test_fast_sampler_phases_equal_one_cache(model, layout):
+  graphdef, params = model
+  ids, lengths = _prompts()
+  one = FastSampler(graphdef, CFG, 10, 12, PAD, (EOS,), layout)
+  staged = FastSampler(graphdef, CFG, 10, 12, PAD, (EOS,), layout, decode_phases=3)
+  _assert_same(staged.generate(params, ids, lengths, jax.random.key(4), SAMPLING),
+               one.generate(params, ids, lengths, jax.random.key(4), SAMPLING))
+
+
+def test_phase_errors(model):
+  graphdef, _ = model
+  with pytest.raises(ValueError, match="decode_phases must be in \\[1, max_new_tokens=6\\], got 7"):
+    Sampler(graphdef, CFG, 10, 6, PAD, (), decode_phases=7)
+  with pytest.raises(ValueError, match="got 0"):
+    FastSampler(graphdef, CFG, 10, 6, PAD, (), decode_phases=0)
+  blockwise = dataclasses.replace(CFG, attention_impl="blockwise")
+  with pytest.raises(ValueError, match="needs dense attention"):
+    Sampler(nnx.split(Transformer(blockwise, nnx.Rngs(0)))[0], blockwise, 10, 6, PAD, (),
+            decode_phases=2)
