@@ -12,9 +12,14 @@ each with its output shape and what it fuses, and the time by kind: matmuls
 copies/transposes. For the sampler, times are per decode step (each decode
 op runs once per generated token).
 
-Times are summed per operation; XLA's CPU runtime runs independent operations
-concurrently on the cores, so the sum can exceed the wall time and an op's
-time includes waiting for a core.
+The profile runs on one core with single-threaded operations (one XLA device,
+pinned), the per-device program of benchmarks/workload.py's layout at twice
+its rows, so each operation's time is its own. It ends with the ceiling
+analysis: the matmuls' FLOPs (from the compiled HLO) and their rate, the time
+outside matmuls, and the share of the matmul roofline (a 1024^3 matmul on this
+core, measured in the same run) reached now and if everything outside the
+matmuls took no time. ``--all_cores`` profiles one device on every core
+instead (operations then overlap and their times include waiting for a core).
 """
 
 from __future__ import annotations
@@ -32,6 +37,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# One core, one thread per op: set before JAX starts (workload.py leaves an
+# XLA_FLAGS that is already set alone).
+if "--all_cores" not in sys.argv:
+  os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+  os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+  os.environ.setdefault("RLPT_CPU_DEVICES", "1")
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -40,6 +52,7 @@ from absl import app, flags  # noqa: E402
 _PART = flags.DEFINE_enum("part", "sampler", ["sampler", "reference", "update"], "What to profile.")
 _TOP = flags.DEFINE_integer("top", 25, "Operations to list.")
 _TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Keep the trace here (default: a temp dir).")
+flags.DEFINE_bool("all_cores", False, "One device on every core instead of one pinned core.")
 
 
 def build(part: str):
@@ -60,7 +73,7 @@ def build(part: str):
   sampling = SamplingParams(1.0)
   data = W.prompts(0)
   if part == "sampler":
-    sampler = Sampler(graphdef, cfg, W.PROMPT, W.SAMPLE_NEW, 0, ())
+    sampler = Sampler(graphdef, cfg, W.PROMPT, W.SAMPLE_NEW, 0, (), decode_phases=W.SAMPLE_PHASES)
     fn = jax.jit(lambda p, ids, lens, key: sampler.generate(p, ids, lens, key, sampling))
     args = (params, data["sample"], np.full((W.SAMPLE_ROWS,), W.PROMPT, np.int32),
             jax.random.key(0))
@@ -87,6 +100,36 @@ def build(part: str):
                                                      optimizer=optimizer, loss_cfg=loss_cfg,
                                                      sampling=sampling, shared=shared))
   return update, (state, batch, counts, jnp.float32(0.04)), 1
+
+
+_DEF = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\w+)\[([\d,]*)\]")
+_DOT = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = \w+\[([\d,]*)\]\S* dot\(%([\w.\-]+), "
+                  r"%[\w.\-]+\).*?lhs_contracting_dims=\{([\d,]*)\}")
+
+
+def dot_flops(hlo: str) -> dict[str, float]:
+  """FLOPs of every dot in the compiled HLO by instruction name, and of every
+  fusion by the name of the instruction that calls it (sum of its dots):
+  2 * output elements * contracted size."""
+  dims = lambda text: [int(d) for d in text.split(",") if d]
+  shapes = {m.group(1): dims(m.group(3)) for m in map(_DEF.match, hlo.splitlines()) if m}
+  flops, computation = {}, None
+  per_computation = collections.Counter()
+  for line in hlo.splitlines():
+    head = re.match(r"^(?:ENTRY )?%([\w.\-]+) ", line)
+    if head and line.rstrip().endswith("{"):
+      computation = head.group(1)
+    m = _DOT.match(line)
+    if m:
+      out, lhs, contracting = dims(m.group(2)), shapes.get(m.group(3), []), dims(m.group(4))
+      f = 2.0 * float(np.prod(out)) * float(np.prod([lhs[i] for i in contracting if i < len(lhs)]))
+      flops[m.group(1)] = f
+      per_computation[computation] += f
+  for line in hlo.splitlines():
+    m = re.match(r"^\s*(?:ROOT )?%([\w.\-]+) = .* fusion\(.*calls=%([\w.\-]+)", line)
+    if m and per_computation[m.group(2)]:
+      flops[m.group(1)] = per_computation[m.group(2)]
+  return flops
 
 
 def kind_of(ops: set[str]) -> str:
@@ -144,15 +187,39 @@ def main(_):
     by_kind[kind_of(ops) if ops else "runtime"] += us
     rows.append((us, name, shape, ops))
   scale = 1e3 * (steps if steps > 1 else 1)
-  print(f"\ntime by kind ({per}, ms; summed over concurrently running ops):")
+  overlap = "; summed over concurrently running ops" if flags.FLAGS.all_cores else ""
+  print(f"\ntime by kind ({per}, ms{overlap}):")
   for kind, us in by_kind.most_common():
     print(f"  {kind:15s} {us / scale:9.3f}")
   print(f"\ntop {_TOP.value} operations ({per}, ms):")
   for us, name, shape, ops in sorted(rows, reverse=True)[:_TOP.value]:
     fused = ",".join(sorted(ops - {"bitcast"}))[:48]
     print(f"  {us / scale:9.3f}  {name[:28]:28s} {shape[:34]:34s} {fused}")
+  # Ceiling analysis: the matmuls at their measured rate, everything else at 0 s.
+  flops = dot_flops(hlo)
+  mm_us = sum(us for us, name, _, ops in rows if flops.get(name))
+  # Each traced op ran count[name] times (decode ops once per step).
+  mm_flops = sum(flops[name] * count[name] for _, name, _, _ in rows if flops.get(name))
+  all_us = sum(total.values())
+  roof = _roofline()
+  print(f"\nceiling ({per}): matmuls {mm_flops / scale / 1e6:.3f} GFLOP in {mm_us / scale:.3f} ms "
+        f"= {mm_flops / mm_us / 1e3:.1f} GFLOP/s; outside matmuls {(all_us - mm_us) / scale:.3f} ms "
+        f"({(all_us - mm_us) / all_us:.0%} of op time)")
+  print(f"  matmul roofline on this device {roof:.1f} GFLOP/s: reached {mm_flops / all_us / 1e3 / roof:.1%}"
+        f" of it over all ops; {mm_flops / mm_us / 1e3 / roof:.1%} if everything outside the "
+        "matmuls took no time")
   if _TRACE_DIR.value:
     print(f"\ntrace: {files[-1]} (open in https://ui.perfetto.dev)")
+
+
+def _roofline() -> float:
+  """fp32 GFLOP/s of a 1024^3 matmul on one device (best of 5)."""
+  a = jax.random.normal(jax.random.key(0), (1024, 1024), jnp.float32)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, a).block_until_ready()
+  best = min((lambda t: (f(a, a).block_until_ready(), time.perf_counter() - t)[1])(time.perf_counter())
+             for _ in range(5))
+  return 2 * 1024 ** 3 / best / 1e9
 
 
 if __name__ == "__main__":

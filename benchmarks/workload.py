@@ -20,6 +20,11 @@ The workload (the same one benchmarks/peers/ runs in TRL and Tunix):
   it once (``rlpt.steps.SharedPrefix``, ``rl.shared_prefix``); the results
   equal the per-row computation up to fp32 summation order.
 
+Both samplers decode in stages over a KV cache grown between them
+(``decode_phases``: 8 for the 128-token sampler, 4 for the 64-token GRPO
+generation), so early steps do not read the slots of tokens not yet
+generated; the samples are the same (tests/sampling/test_decode_phases.py).
+
 FLOPs: the model FLOPs rlpt executes (each token's matmuls, and attention over
 the keys it may see; shared prompts counted once per group), counted
 analytically for generation (XLA's cost analysis counts a while-loop body
@@ -45,6 +50,7 @@ VOCAB, PROMPT = 512, 32
 SAMPLE_ROWS, SAMPLE_NEW = 32, 128
 GRPO_PROMPTS, GROUP, GRPO_NEW = 8, 8, 64
 WARMUP_STEPS, TIMED_STEPS = 2, 5
+SAMPLE_PHASES, GRPO_PHASES = 8, 4
 
 # rlpt on a CPU host runs SPMD over one XLA device per core, each running its
 # ops on one thread, with the batch sharded over them: the data parallelism a
@@ -163,7 +169,7 @@ def measure(seed: int = 0) -> dict:
   out = {}
 
   # Sampling: no stop ids, so every row generates exactly SAMPLE_NEW tokens.
-  sampler = Sampler(graphdef, cfg, PROMPT, SAMPLE_NEW, 0, ())
+  sampler = Sampler(graphdef, cfg, PROMPT, SAMPLE_NEW, 0, (), decode_phases=SAMPLE_PHASES)
   generate = jax.jit(lambda p, ids, lens, key: sampler.generate(p, ids, lens, key, sampling),
                      in_shardings=(rep, rows2, rows1, rep))
   ids = jax.device_put(data["sample"], rows2)
@@ -181,7 +187,7 @@ def measure(seed: int = 0) -> dict:
                         aggregation="token-mean", norm_len=GRPO_NEW)
   # Each group samples from its prompt's one prefilled cache (rollout.share_prefix:
   # the same distribution; log-probs equal the trainer's, tests/sampling/test_prefix.py).
-  gsampler = FastSampler(graphdef, cfg, PROMPT, GRPO_NEW, 0, (), PrefixLayout(GROUP))
+  gsampler = FastSampler(graphdef, cfg, PROMPT, GRPO_NEW, 0, (), PrefixLayout(GROUP), GRPO_PHASES)
   ggen = jax.jit(lambda p, ids, lens, key: gsampler.generate(p, ids, lens, key, sampling),
                  in_shardings=(rep, rows2, rows1, rep))
   # Each group's 8 rows share their 32 prompt tokens: the reference pass and the
