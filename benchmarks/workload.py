@@ -61,9 +61,9 @@ SAMPLE_PHASES, GRPO_PHASES = 8, 4
 PEER_ENV = dict(os.environ)
 CPU_DEVICES = int(os.environ.get("RLPT_CPU_DEVICES",
                                  math.gcd(os.cpu_count() or 1, GRPO_PROMPTS, SAMPLE_ROWS)))
-if CPU_DEVICES > 1 and "XLA_FLAGS" not in os.environ:
-  os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={CPU_DEVICES} "
-                             "--xla_cpu_multi_thread_eigen=false")
+if "XLA_FLAGS" not in os.environ:
+  from rlpt.runtime import set_cpu_devices  # noqa: E402  (launch.train --cpu_devices)
+  set_cpu_devices(CPU_DEVICES)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -11,6 +11,7 @@ process both reduce to device_put / device_get.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,30 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rlpt.sharding import Rules, logical_to_spec, state_shardings, use_rules
 from rlpt.steps import TrainState, init_train_state
+
+
+def set_cpu_devices(n: int) -> None:
+  """Gives this process's CPU platform ``n`` XLA devices that each run their
+  operations on one thread (data parallel over the cores, as over the chips of
+  a mesh) instead of one device that splits every operation across the cores.
+  On small CPU hosts this is the faster layout for small models (see
+  benchmarks/workload.py); accelerators are unaffected. Call it before JAX
+  starts; 1 leaves everything as it is.
+  """
+  if n < 1:
+    raise ValueError(f"CPU devices must be >= 1, got {n}.")
+  if n == 1:
+    return
+  from jax._src import xla_bridge
+  if xla_bridge.backends_are_initialized():
+    raise RuntimeError(f"{n} CPU devices must be set before JAX starts; it has already "
+                       f"started with {jax.device_count()} device(s).")
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "xla_force_host_platform_device_count" in flags:
+    raise ValueError(f"XLA_FLAGS already sets the CPU device count ('{flags}'); set {n} CPU "
+                     "devices there or here, not both.")
+  os.environ["XLA_FLAGS"] = (f"{flags} --xla_force_host_platform_device_count={n} "
+                             "--xla_cpu_multi_thread_eigen=false").strip()
 
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:

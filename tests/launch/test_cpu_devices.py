@@ -1,0 +1,81 @@
+"""One single-threaded XLA device per core on a CPU host (``--cpu_devices``,
+``rlpt.runtime.set_cpu_devices``): set before JAX starts, refused after, and
+a run of the trainer on two such devices (the batch sharded over them)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from flax import nnx
+
+from experiments import pretrain_base
+from rlpt.checkpoint import save_model
+from rlpt.config import PretrainConfig, from_config_dict
+from rlpt.models import Transformer
+from rlpt.runtime import set_cpu_devices
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESUME_CONFIG = os.path.join(ROOT, "tests", "checkpoint", "_resume_config.py")
+
+
+def _env(**extra):
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env.update(JAX_PLATFORMS="cpu", **extra)
+  return env
+
+
+def _python(code, **env):
+  return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(**env),
+                        capture_output=True, text=True, timeout=120)
+
+
+def test_sets_devices_before_jax_starts():
+  r = _python("from rlpt.runtime import set_cpu_devices; set_cpu_devices(3); import jax, os; "
+              "print(jax.device_count(), os.environ['XLA_FLAGS'])")
+  assert r.returncode == 0, r.stderr
+  count, flags = r.stdout.split(" ", 1)
+  assert count == "3"
+  assert "--xla_cpu_multi_thread_eigen=false" in flags
+
+
+def test_refuses_after_jax_started_and_bad_values():
+  # This test process's JAX has started (conftest's 8 devices).
+  import jax
+  jax.devices()
+  with pytest.raises(RuntimeError, match="2 CPU devices must be set before JAX starts"):
+    set_cpu_devices(2)
+  with pytest.raises(ValueError, match="CPU devices must be >= 1, got 0"):
+    set_cpu_devices(0)
+  set_cpu_devices(1)  # a no-op, allowed at any time
+
+
+def test_refuses_a_device_count_already_in_xla_flags():
+  r = _python("from rlpt.runtime import set_cpu_devices; set_cpu_devices(2)",
+              XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  assert r.returncode != 0
+  assert "XLA_FLAGS already sets the CPU device count" in r.stderr
+
+
+def test_train_runs_on_two_cpu_devices(tmp_path):
+  model_cfg = from_config_dict(PretrainConfig, pretrain_base.get_config("smoke")).model
+  base = str(tmp_path / "base")
+  save_model(base, nnx.split(Transformer(model_cfg, nnx.Rngs(0)))[1], model_cfg)
+  workdir = tmp_path / "run"
+  r = subprocess.run([sys.executable, "-m", "launch.train", f"--config={RESUME_CONFIG}",
+                      f"--workdir={workdir}", f"--config.base.checkpoint={base}",
+                      "--config.steps=3", "--cpu_devices=2"],
+                     cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "devices: 2 x cpu in 1 process(es)" in r.stdout
+  with open(workdir / "metrics.jsonl") as f:
+    steps = [row["step"] for row in map(json.loads, f) if row["kind"] == "train"]
+  assert steps == [1, 2, 3]
+  # A bad count is a usage error naming the flag.
+  bad = subprocess.run([sys.executable, "-m", "launch.train", f"--config={RESUME_CONFIG}",
+                        f"--workdir={tmp_path / 'bad'}", "--cpu_devices=2"], cwd=ROOT,
+                       env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+                       capture_output=True, text=True, timeout=120)
+  assert bad.returncode != 0
+  assert "--cpu_devices=2: XLA_FLAGS already sets the CPU device count" in bad.stderr
