@@ -89,6 +89,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   return True
 
 
+def spans_processes_from_flags() -> bool:
+  """Whether the flags (or environment) describe a run of several processes."""
+  return resolve(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value) is not None
+
+
 def initialize_from_flags() -> bool:
   return initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                     _CPU_COLLECTIVES.value)

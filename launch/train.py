@@ -12,13 +12,17 @@ Several processes (each runs this same command; only process 0 writes):
 ``launch/scripts/local.sh``, ``launch/scripts/slurm.sbatch``,
 ``launch/scripts/tpu_pod.sh``; see launch/multihost.py.
 
-On a CPU host, ``--cpu_devices=2`` (say, for 2 cores) runs one single-threaded
-XLA device per core with the batch sharded over them, which is faster for
-small models than one device splitting each op across the cores.
+On a CPU host the run uses one single-threaded XLA device per core with the
+batch sharded over them (``--cpu_devices``, default 0 = one per core that the
+batch divides into), which is faster for small models than one device
+splitting each op across the cores (``--cpu_devices=1``).
 
 Every ``--config.x.y`` override is checked against the experiment's keys; the
 ConfigDict then becomes a frozen ``TrainConfig`` before anything compiles.
 """
+
+import math
+import os
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -29,26 +33,40 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, plots and summaries go.")
 _CPU_DEVICES = flags.DEFINE_integer(
-    "cpu_devices", 1, "On a CPU host: this many XLA devices of one thread each, the batch "
-    "sharded over them (e.g. one per core), instead of one device splitting every op over the "
-    "cores; must divide the prompts per step. Accelerators are unaffected.", lower_bound=1)
+    "cpu_devices", 0, "On a CPU host: this many XLA devices of one thread each, the batch "
+    "sharded over them, instead of one device splitting every op over the cores (1). 0: one "
+    "per core, as many as divide the prompts per step and the minibatch, unless XLA_FLAGS "
+    "already sets a device count or the run spans several processes. Accelerators are "
+    "unaffected.", lower_bound=0)
 flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _cpu_devices(cfg) -> int:
+  """--cpu_devices, with 0 resolved to one per available core that the batch
+  divides into (1 when XLA_FLAGS sets the count or the run spans processes)."""
+  if _CPU_DEVICES.value:
+    return _CPU_DEVICES.value
+  if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+      or multihost.spans_processes_from_flags()):
+    return 1
+  return math.gcd(len(os.sched_getaffinity(0)), cfg.rollout.prompts_per_step,
+                  cfg.rollout.batch_size // cfg.rl.minibatches)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_libraries()
+  from rlpt.config import TrainConfig
   from rlpt.runtime import set_cpu_devices
+  cfg = common.typed_config(TrainConfig, _CONFIG.value)
   try:
-    set_cpu_devices(_CPU_DEVICES.value)
+    set_cpu_devices(_cpu_devices(cfg))
   except (ValueError, RuntimeError) as e:
     raise app.UsageError(f"--cpu_devices={_CPU_DEVICES.value}: {e}") from e
   multihost.initialize_from_flags()
   import jax
-  from rlpt.config import TrainConfig
   from rlpt.trainer import train
-  cfg = common.typed_config(TrainConfig, _CONFIG.value)
   if jax.process_index() == 0:
     print(f"devices: {jax.device_count()} x {jax.devices()[0].platform} in "
           f"{jax.process_count()} process(es)", flush=True)
