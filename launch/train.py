@@ -12,10 +12,11 @@ Several processes (each runs this same command; only process 0 writes):
 ``launch/scripts/local.sh``, ``launch/scripts/slurm.sbatch``,
 ``launch/scripts/tpu_pod.sh``; see launch/multihost.py.
 
-On a CPU host the run uses one single-threaded XLA device per core with the
-batch sharded over them (``--cpu_devices``, default 0 = one per core that the
-batch divides into), which is faster for small models than one device
-splitting each op across the cores (``--cpu_devices=1``).
+On a CPU host ``--cpu_devices=0`` runs one single-threaded XLA device per
+core (as many as the batch divides into) with the batch sharded over them,
+which is faster for small models than the default one device splitting each
+op across the cores. A run's numbers then differ in the last bits (sums are
+taken in another order), so a base pre-trained under it is another base.
 
 Every ``--config.x.y`` override is checked against the experiment's keys; the
 ConfigDict then becomes a frozen ``TrainConfig`` before anything compiles.
@@ -33,11 +34,11 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, plots and summaries go.")
 _CPU_DEVICES = flags.DEFINE_integer(
-    "cpu_devices", 0, "On a CPU host: this many XLA devices of one thread each, the batch "
-    "sharded over them, instead of one device splitting every op over the cores (1). 0: one "
-    "per core, as many as divide the prompts per step and the minibatch, unless XLA_FLAGS "
-    "already sets a device count or the run spans several processes. Accelerators are "
-    "unaffected.", lower_bound=0)
+    "cpu_devices", 1, "On a CPU host: this many XLA devices of one thread each, the batch "
+    "sharded over them, instead of one device splitting every op over the cores (1, the "
+    "default). 0: one per core, as many as divide the prompts per step and the minibatch, "
+    "unless XLA_FLAGS already sets a device count or the run spans several processes. "
+    "Accelerators are unaffected.", lower_bound=0)
 flags.mark_flags_as_required(["config", "workdir"])
 
 

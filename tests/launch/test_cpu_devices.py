@@ -1,7 +1,7 @@
 """One single-threaded XLA device per core on a CPU host (``--cpu_devices``,
 ``rlpt.runtime.set_cpu_devices``): set before JAX starts, refused after, a
 run of the trainer on two such devices (the batch sharded over them), and the
-default count (one per core that the batch divides into)."""
+count of --cpu_devices=0 (one per core that the batch divides into)."""
 
 import importlib.util
 import json
@@ -75,7 +75,7 @@ def test_train_runs_on_two_cpu_devices(tmp_path):
   with open(workdir / "metrics.jsonl") as f:
     steps = [row["step"] for row in map(json.loads, f) if row["kind"] == "train"]
   assert steps == [1, 2, 3]
-  # The default: one device per available core that the batch divides into.
+  # 0: one device per available core that the batch divides into.
   spec = importlib.util.spec_from_file_location("_resume_config", RESUME_CONFIG)
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
@@ -84,7 +84,7 @@ def test_train_runs_on_two_cpu_devices(tmp_path):
                       cfg.rollout.batch_size // cfg.rl.minibatches)
   auto = subprocess.run([sys.executable, "-m", "launch.train", f"--config={RESUME_CONFIG}",
                          f"--workdir={tmp_path / 'auto'}", f"--config.base.checkpoint={base}",
-                         "--config.steps=1"],
+                         "--config.steps=1", "--cpu_devices=0"],
                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
   assert auto.returncode == 0, auto.stderr[-3000:]
   assert f"devices: {expected} x cpu in 1 process(es)" in auto.stdout
