@@ -21,6 +21,7 @@ from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import init_int8_cache
 from rlpt.sampling.sampler import decode_bounds, grow_slots
 from rlpt.steps import sequence_logprobs
+from sampling_testlib import right_padded_prompts
 
 CFG = ModelConfig(vocab_size=40, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
                   head_dim=8, mlp_dim=48)
@@ -35,13 +36,7 @@ def model():
 
 
 def _prompts(b=4, p=10, seed=0):
-  rng = np.random.default_rng(seed)
-  lengths = np.array([1, p] + list(rng.integers(2, p, size=b - 2)), np.int32)
-  ids = np.full((b, p), PAD, np.int32)
-  for i, n in enumerate(lengths):
-    ids[i, 0] = BOS
-    ids[i, 1:n] = rng.integers(0, 30, size=n - 1)
-  return ids, lengths
+  return right_padded_prompts(b, p, seed, PAD, BOS)
 
 
 def _assert_same(out, ref):
