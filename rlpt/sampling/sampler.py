@@ -12,8 +12,8 @@ Decode phases (``decode_phases`` > 1): a decode step reads every slot of the
 cache, written or not, so a cache sized for the last token makes the early
 steps read mostly empty slots. With phases the loop runs in stages, each over
 a cache just long enough for its steps, grown (zero-padded, once per phase)
-before the next: attention then reads about (k + 1) / 2k of the slots it
-would otherwise. The tokens and log-probs are the same (unwritten slots are
+before the next: of the slots past the prompt, attention then reads about
+(k + 1) / 2k of those it would otherwise. The tokens and log-probs are the same (unwritten slots are
 masked either way); each phase compiles its own loop body.
 """
 
