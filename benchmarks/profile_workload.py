@@ -201,7 +201,8 @@ def main(_):
   # Each traced op ran count[name] times (decode ops once per step).
   mm_flops = sum(flops[name] * count[name] for _, name, _, _ in rows if flops.get(name))
   all_us = sum(total.values())
-  roof = _roofline()
+  import workload as W
+  roof = W.matmul_roofline()  # one device here: this core's rate
   print(f"\nceiling ({per}): matmuls {mm_flops / scale / 1e6:.3f} GFLOP in {mm_us / scale:.3f} ms "
         f"= {mm_flops / mm_us / 1e3:.1f} GFLOP/s; outside matmuls {(all_us - mm_us) / scale:.3f} ms "
         f"({(all_us - mm_us) / all_us:.0%} of op time)")
@@ -211,15 +212,6 @@ def main(_):
   if _TRACE_DIR.value:
     print(f"\ntrace: {files[-1]} (open in https://ui.perfetto.dev)")
 
-
-def _roofline() -> float:
-  """fp32 GFLOP/s of a 1024^3 matmul on one device (best of 5)."""
-  a = jax.random.normal(jax.random.key(0), (1024, 1024), jnp.float32)
-  f = jax.jit(lambda x, y: x @ y)
-  f(a, a).block_until_ready()
-  best = min((lambda t: (f(a, a).block_until_ready(), time.perf_counter() - t)[1])(time.perf_counter())
-             for _ in range(5))
-  return 2 * 1024 ** 3 / best / 1e9
 
 
 if __name__ == "__main__":
