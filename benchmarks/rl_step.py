@@ -55,7 +55,7 @@ def main(_):
   times = []
   for i in range(4):
     t = time.perf_counter()
-    out = sampler.generate(trainer.sample_params, ids, lengths, jax.random.key(i), sampling)
+    out = sampler.generate(trainer.gen.params, ids, lengths, jax.random.key(i), sampling)
     jax.block_until_ready(out)
     if i:
       times.append(time.perf_counter() - t)

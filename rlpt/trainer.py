@@ -50,15 +50,12 @@ from rlpt.rollout import build_sequences, encode_prompts
 from rlpt.rollout.batch import merge_parts, pad_width
 from rlpt.rollout.envs import make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
+from rlpt.rollout.generation import RolloutSampling
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
-from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global, is_primary,
-                          jit_sampler, jit_step, make_reshard, place_params, place_train_state,
-                          replicated, row_bucket, to_device, to_host, with_rules)
-from rlpt.sampling import Sampler, SamplingParams
-from rlpt.sampling.cached import FastSampler, FlatLayout
-from rlpt.sampling.drafted import DraftedSampling
-from rlpt.sampling.prefix import PrefixLayout
-from rlpt.sampling.quant import QuantizedState, quantize_params
+from rlpt.runtime import (batch_sharding, check_batch, host_to_global, is_primary, jit_step,
+                          make_reshard, place_params, place_train_state, replicated, to_device,
+                          to_host, with_rules)
+from rlpt.sampling import SamplingParams
 from rlpt.sharding import make_mesh, state_shardings
 from rlpt.steps import (Counts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
                         make_optimizer, rl_train_step, sequence_logprobs, sequence_values,
@@ -118,7 +115,10 @@ class Trainer:
 
     self.sampling = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.eval_sampling = SamplingParams(cfg.eval.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
-    self._build_samplers(sample_sh)
+    self.busy = BusyClock()
+    self.gen = RolloutSampling(cfg, self.graphdef, self.model_cfg, self.tokenizer, self.mesh,
+                               self.sample_rules, sample_sh, (self.sampling, self.eval_sampling),
+                               self.busy)
     self._handoff()
     # Behaviour log-probs from the policy itself (a stale or int8 sampler's
     # enter only through truncated importance weights). With one update per
@@ -184,7 +184,7 @@ class Trainer:
     self.pool = make_env_pool(cfg)
     self.episode_runner = EpisodeRunner(
         self.pool, self.tokenizer, max_prompt_len=cfg.rollout.max_prompt_len,
-        max_new_tokens=cfg.rollout.max_new_tokens, stop_ids=self.sampler.stop_ids,
+        max_new_tokens=cfg.rollout.max_new_tokens, stop_ids=self.gen.sampler.stop_ids,
         bucket=PROMPT_BUCKET, interleave=cfg.rollout.interleave_turns)
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
@@ -205,7 +205,6 @@ class Trainer:
     self._curriculum_applied = 0
     self._curriculum_lock = threading.RLock()
     self._consumed_state: dict | None = None
-    self.busy = BusyClock()
     self._window_start: float | None = None
     self.writer = MetricsWriter(workdir) if is_primary() else None
     self.history: dict[str, list[dict]] = {"train": [], "eval": []}
@@ -219,60 +218,9 @@ class Trainer:
           best_metric=ck.best_metric if ck.keep_best else None, best_mode=ck.best_mode,
           async_save=ck.async_save)
 
-  def _build_samplers(self, sample_sh):
-    """The sampler(s) and their jitted generate programs, from ``rollout``'s switches.
-
-    Plain: ``Sampler`` (every model option). Fast path (int8 weights / KV,
-    prefix sharing): ``FastSampler`` with a flat cache, plus, with
-    ``share_prefix``, a second one whose GRPO groups share the prompt's cache
-    (used for the first turn of grouped rollouts).
-    """
-    cfg, ro = self.cfg, self.cfg.rollout
-    args = (ro.max_prompt_len, ro.max_new_tokens, self.tokenizer.pad_id, (self.tokenizer.eos_id,))
-    param_sh = sample_sh
-    self._quantize = None
-    self._group_generate_fns = {}
-    modes = {self.sampling, self.eval_sampling}
-    self._spec = None
-    if not (ro.fast_sampler or cfg.speculative.gamma):
-      self.sampler = Sampler(self.graphdef, self.model_cfg, *args,
-                             decode_phases=ro.decode_phases)
-    else:
-      try:
-        self.sampler = FastSampler(self.graphdef, self.model_cfg, *args, FlatLayout(ro.kv_int8),
-                                   ro.decode_phases)
-      except ValueError as e:
-        raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
-      if ro.weights_int8:
-        rep = replicated(self.mesh)
-        param_sh = QuantizedState(sample_sh, jax.tree.map(lambda _: rep, sample_sh))
-        self._quantize = jax.jit(quantize_params, in_shardings=(sample_sh,),
-                                 out_shardings=param_sh)
-      if ro.share_prefix and ro.group_size > 1:
-        check_batch(ro.prompts_per_step, self.mesh, self.sample_rules,
-                    "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
-        grouped = FastSampler(self.graphdef, self.model_cfg, *args,
-                              PrefixLayout(ro.group_size, ro.kv_int8), ro.decode_phases)
-        self._group_generate_fns = {
-            self.sampling: jit_sampler(grouped, self.sampling, param_sh, self.mesh,
-                                       self.sample_rules)}
-    self._generate_fns = {sp: jit_sampler(self.sampler, sp, param_sh, self.mesh, self.sample_rules)
-                          for sp in modes}
-    if cfg.speculative.gamma:
-      layouts = {False: FlatLayout(ro.kv_int8)}
-      if self._group_generate_fns:
-        layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
-      self._spec = DraftedSampling(cfg.speculative, self.graphdef, self.model_cfg, args, layouts,
-                                   param_sh, self.mesh, self.sample_rules, cfg.seed + 29,
-                                   cfg.steps)
-
   def _handoff(self):
-    """Gives the sampler the current policy: resharded to the sampling layout,
-    then (``weights_int8``) quantized; waits until it is in place."""
-    self.sample_params = self._to_sample_layout(self.policy_params())
-    if self._quantize is not None:
-      self.sample_params = self._quantize(self.sample_params)
-    jax.block_until_ready(self.sample_params)
+    """Gives the sampler the current policy, resharded to the sampling layout."""
+    self.gen.handoff(self._to_sample_layout(self.policy_params()))
 
   def _check_domains(self):
     from environments import registry
@@ -288,46 +236,10 @@ class Trainer:
 
   def _generate(self, ids: np.ndarray, lengths: np.ndarray, sampling: SamplingParams,
                 grouped: bool = False, params=None, key=None, bucket_rows: bool = True):
-    """Samples one completion per row of right-padded prompts (host arrays in and out).
-
-    ``grouped``: rows come in groups of ``rollout.group_size`` copies of one
-    prompt; with ``share_prefix`` each group's prompt is prefilled once.
-    ``params`` / ``key``: the sampler's weights and PRNG key (default: the
-    latest weights and the next split of the trainer's key). Any number of
-    rows up to the rollout batch: fewer (later turns, one domain's share of a
-    batch) are padded to the next bucket (the batch halved, down to an
-    eighth, while it holds them and splits evenly over the batch shards),
-    compiled once per bucket;
-    ``bucket_rows=False`` pads to the whole batch (no new program).
-    """
+    """``RolloutSampling.generate`` with the next split of the trainer's key by default."""
     if key is None:
       self.rng, key = jax.random.split(self.rng)
-    bs2 = batch_sharding(self.mesh, self.sample_rules, 2)
-    bs1 = batch_sharding(self.mesh, self.sample_rules, 1)
-    fn = self._generate_fns[sampling]
-    grouped = grouped and sampling in self._group_generate_fns
-    g = 1
-    if grouped:
-      g = self.cfg.rollout.group_size
-      ids, lengths = ids[::g], lengths[::g]
-      fn = self._group_generate_fns[sampling]
-    n = len(ids)
-    full = self.cfg.rollout.batch_size // g
-    size = max(full, n)
-    if bucket_rows:
-      size = row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules),
-                        smallest=max(1, full // 8))
-    if size > n:
-      ids = np.concatenate([ids, np.repeat(ids[:1], size - n, 0)])
-      lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])
-    if self._spec is not None and self._spec.warm:
-      fn = functools.partial(self._spec.generate, sampling=sampling, grouped=grouped)
-    with self.busy.busy():
-      out = fn(self.sample_params if params is None else params, host_to_global(ids, bs2),
-               host_to_global(lengths, bs1),
-               host_to_global(jax.random.key_data(key), replicated(self.mesh)))
-      out = to_host(out)
-    return tuple(x[:n * g] for x in out)
+    return self.gen.generate(ids, lengths, sampling, key, grouped, params, bucket_rows)
 
   def _episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
                 params=None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
@@ -466,8 +378,8 @@ class Trainer:
                                       bucket=PROMPT_BUCKET)
         comp, logp, n = self._generate(ids, lengths, self.sampling, key=jax.random.fold_in(key, i))
         seq = build_sequences(ids, lengths, comp, n, logp, self.tokenizer.pad_id)
-      metrics = self._spec.distill(self.policy_params(), seq.tokens, seq.loss_mask)
-    self._spec.warm = True
+      metrics = self.gen.spec.distill(self.policy_params(), seq.tokens, seq.loss_mask)
+    self.gen.spec.warm = True
     log.info("Draft distilled in %.1fs (%d updates): %s", time.perf_counter() - t,
              spec.warmup_steps, {k: round(v, 4) for k, v in metrics.items()})
 
@@ -534,12 +446,12 @@ class Trainer:
   def train_step(self) -> dict:
     """One full RL step (rollout, reference/value passes, updates). Returns its metrics."""
     cfg = self.cfg
-    if self._spec is not None and not self._spec.warm:
+    if self.gen.spec is not None and not self.gen.spec.warm:
       self._warm_draft()
     t_step = time.perf_counter()
     window_start = self._window_start or t_step
     if self.pipeline is None and cfg.rollout.max_staleness:
-      self._snapshots = {self.step: self.sample_params}
+      self._snapshots = {self.step: self.gen.params}
       self.pipeline = AsyncRollout(self._prepare_wave, self._execute_wave,
                                    cfg.rollout.max_staleness, self.step + 1, start=False)
       self.pipeline.start()
@@ -661,7 +573,7 @@ class Trainer:
         done = self._consumed_state["curriculum_applied"]
         for s in [s for s in self._curriculum_log if s <= done]:
           del self._curriculum_log[s]
-      self._snapshots[self.step] = self.sample_params
+      self._snapshots[self.step] = self.gen.params
       for v in [v for v in self._snapshots if v < self.step - cfg.rollout.max_staleness]:
         del self._snapshots[v]
       self.pipeline.publish(self.step)
@@ -670,9 +582,9 @@ class Trainer:
     timings["accelerator/idle_fraction"] = self.busy.idle_fraction(window_start, end)
     self._window_start = end
     timings.update(self.pool.stats())
-    if self._spec is not None:
-      timings.update(self._spec.metrics())
-      timings.update(self._spec.refresh(self.step, self.policy_params(), arrays["tokens"],
+    if self.gen.spec is not None:
+      timings.update(self.gen.spec.metrics())
+      timings.update(self.gen.spec.refresh(self.step, self.policy_params(), arrays["tokens"],
                                         arrays["loss_mask"]))
 
     metrics = {f"train/{k}": v / n_updates for k, v in metric_sums.items()}

@@ -60,7 +60,7 @@ def plain(base, tmp_path_factory):
 def test_prefix_shared_groups_sample_what_the_plain_sampler_samples(plain, base, tmp_path):
   shared = _trainer(tmp_path, base, share_prefix=True)
   try:
-    assert shared._group_generate_fns  # the grouped program is the one used
+    assert shared.gen.group_generate_fns  # the grouped program is the one used
     a, _, _ = plain._rollout_once(plain.cfg.rollout.prompts_per_step)
     b, _, _ = shared._rollout_once(shared.cfg.rollout.prompts_per_step)
     # Same tasks, same rng stream: identical tokens up to fp32 summation order.

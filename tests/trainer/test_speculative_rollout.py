@@ -26,14 +26,14 @@ def test_speculative_rollouts_carry_the_policy_logprobs(tmp_path, monkeypatch):
   cd.base.cache_dir = str(tmp_path / "bases")
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   try:
-    assert t._spec is not None and not t._spec.warm
-    draft_before = jax.tree.map(np.asarray, t._spec.draft_params)
+    assert t.gen.spec is not None and not t.gen.spec.warm
+    draft_before = jax.tree.map(np.asarray, t.gen.spec.draft_params)
     m = t.train_step()
-    assert t._spec.warm  # distilled before the first rollout
+    assert t.gen.spec.warm  # distilled before the first rollout
     assert 0.0 <= m["speculative/acceptance"] <= 1.0 and m["speculative/gamma"] == 3
     assert np.isfinite(m["distill/kl"])  # refreshed on the trained batch
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - np.asarray(b)).max()),
-                                         draft_before, t._spec.draft_params))
+                                         draft_before, t.gen.spec.draft_params))
     assert max(moved) > 0
 
     arrays, _, _ = t._rollout_once(t.cfg.rollout.prompts_per_step)

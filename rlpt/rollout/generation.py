@@ -1,0 +1,126 @@
+"""The rollout's sampling side: samplers built from the run's switches, the
+sampler's copy of the policy, and generation over host arrays.
+
+Plain runs use ``Sampler`` (every model option). The fast path (int8 weights
+or KV cache, prefix sharing) uses ``FastSampler`` with a flat cache plus, with
+``share_prefix``, a second one whose GRPO groups share their prompt's cache
+(the first turn of grouped rollouts). ``speculative.gamma`` adds a distilled
+draft (rlpt.sampling.drafted). Every generate program is jitted once per
+sampling mode with explicit shardings over the mesh's sampling layout.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from rlpt.config import TrainConfig
+from rlpt.models import ModelConfig
+from rlpt.rollout.pipeline import BusyClock
+from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global,
+                          jit_sampler, replicated, row_bucket, to_host)
+from rlpt.sampling import Sampler, SamplingParams
+from rlpt.sampling.cached import FastSampler, FlatLayout
+from rlpt.sampling.drafted import DraftedSampling
+from rlpt.sampling.prefix import PrefixLayout
+from rlpt.sampling.quant import QuantizedState, quantize_params
+from rlpt.sharding import Rules
+
+
+class RolloutSampling:
+  """The samplers of a run and the weights they sample with.
+
+  ``params``: the sampler's copy of the policy (set by ``handoff``); ``spec``:
+  the speculative draft (``DraftedSampling``) or None.
+  """
+
+  def __init__(self, cfg: TrainConfig, graphdef: nnx.GraphDef, model_cfg: ModelConfig,
+               tokenizer, mesh: Mesh, sample_rules: Rules, sample_sh,
+               modes: tuple[SamplingParams, ...], busy: BusyClock):
+    ro = cfg.rollout
+    self.cfg, self.mesh, self.sample_rules, self.busy = cfg, mesh, sample_rules, busy
+    self.params = None
+    args = (ro.max_prompt_len, ro.max_new_tokens, tokenizer.pad_id, (tokenizer.eos_id,))
+    param_sh = sample_sh
+    self.quantize = None
+    self.group_generate_fns = {}
+    self.spec = None
+    if not (ro.fast_sampler or cfg.speculative.gamma):
+      self.sampler = Sampler(graphdef, model_cfg, *args, decode_phases=ro.decode_phases)
+    else:
+      try:
+        self.sampler = FastSampler(graphdef, model_cfg, *args, FlatLayout(ro.kv_int8),
+                                   ro.decode_phases)
+      except ValueError as e:
+        raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
+      if ro.weights_int8:
+        rep = replicated(mesh)
+        param_sh = QuantizedState(sample_sh, jax.tree.map(lambda _: rep, sample_sh))
+        self.quantize = jax.jit(quantize_params, in_shardings=(sample_sh,),
+                                out_shardings=param_sh)
+      if ro.share_prefix and ro.group_size > 1:
+        check_batch(ro.prompts_per_step, mesh, sample_rules,
+                    "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
+        grouped = FastSampler(graphdef, model_cfg, *args, PrefixLayout(ro.group_size, ro.kv_int8),
+                              ro.decode_phases)
+        # Grouped rollouts sample at the training temperature only.
+        self.group_generate_fns = {
+            modes[0]: jit_sampler(grouped, modes[0], param_sh, mesh, sample_rules)}
+    self.generate_fns = {sp: jit_sampler(self.sampler, sp, param_sh, mesh, sample_rules)
+                         for sp in set(modes)}
+    if cfg.speculative.gamma:
+      layouts = {False: FlatLayout(ro.kv_int8)}
+      if self.group_generate_fns:
+        layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
+      self.spec = DraftedSampling(cfg.speculative, graphdef, model_cfg, args, layouts, param_sh,
+                                  mesh, sample_rules, cfg.seed + 29, cfg.steps)
+
+  def handoff(self, params: nnx.State) -> None:
+    """Gives the sampler ``params`` (already in the sampling layout), quantized
+    with ``weights_int8``; waits until they are in place."""
+    self.params = params if self.quantize is None else self.quantize(params)
+    jax.block_until_ready(self.params)
+
+  def generate(self, ids: np.ndarray, lengths: np.ndarray, sampling: SamplingParams,
+               key: jax.Array, grouped: bool = False, params=None, bucket_rows: bool = True):
+    """Samples one completion per row of right-padded prompts (host arrays in and out).
+
+    ``grouped``: rows come in groups of ``rollout.group_size`` copies of one
+    prompt; with ``share_prefix`` each group's prompt is prefilled once.
+    ``params``: the weights to sample with (default: the latest handoff). Any
+    number of rows up to the rollout batch: fewer (later turns, one domain's
+    share of a batch) are padded to the next bucket (the batch halved, down to
+    an eighth, while it holds them and splits evenly over the batch shards),
+    compiled once per bucket; ``bucket_rows=False`` pads to the whole batch
+    (no new program).
+    """
+    bs2 = batch_sharding(self.mesh, self.sample_rules, 2)
+    bs1 = batch_sharding(self.mesh, self.sample_rules, 1)
+    fn = self.generate_fns[sampling]
+    grouped = grouped and sampling in self.group_generate_fns
+    g = 1
+    if grouped:
+      g = self.cfg.rollout.group_size
+      ids, lengths = ids[::g], lengths[::g]
+      fn = self.group_generate_fns[sampling]
+    n = len(ids)
+    full = self.cfg.rollout.batch_size // g
+    size = max(full, n)
+    if bucket_rows:
+      size = row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules),
+                        smallest=max(1, full // 8))
+    if size > n:
+      ids = np.concatenate([ids, np.repeat(ids[:1], size - n, 0)])
+      lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])
+    if self.spec is not None and self.spec.warm:
+      fn = functools.partial(self.spec.generate, sampling=sampling, grouped=grouped)
+    with self.busy.busy():
+      out = fn(self.params if params is None else params, host_to_global(ids, bs2),
+               host_to_global(lengths, bs1),
+               host_to_global(jax.random.key_data(key), replicated(self.mesh)))
+      out = to_host(out)
+    return tuple(x[:n * g] for x in out)
