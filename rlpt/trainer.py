@@ -600,6 +600,10 @@ class Trainer:
     metrics["infra_errors"] = float(len(records) - len(valid))
     metrics["truncated_fraction"] = truncated
     metrics["kl/sequence"] = seq_kl
+    # Per-sequence negative log-likelihood of the sampled completions (nats,
+    # behaviour policy, the same rows and mean as kl/sequence): the size of
+    # the terms that kl/sequence sums.
+    metrics["rollout/nll"] = float(-(np.asarray(arrays["old_logp"]) * np.asarray(mask)).sum(1).mean())
     metrics["kl/coef"] = kl_coef
     # CRC-32 of the trained batch's tokens: an integer (exact in float64) that
     # tells whether two runs sampled the same tokens (resume tests compare it).
