@@ -9,9 +9,11 @@ Every step::
 Every ``eval.every`` steps the policy decodes a fixed held-out task set per
 domain and the success rate of each domain is logged. Every
 ``checkpoint.every`` steps the whole run state is checkpointed (weights,
-optimizer, RNG, data-iterator, curriculum and KL-controller state, metrics
+optimizer, data-iterator, curriculum and KL-controller state, metrics
 history); ``run`` resumes from the latest checkpoint and reproduces the steps
-an uninterrupted run would have taken. ``Trainer`` is a plain
+an uninterrupted run would have taken. Every random key is a pure function of
+the seed, the step and its purpose (rlpt.keys), so how often the run
+evaluates does not change what it trains on. ``Trainer`` is a plain
 object so a notebook can drive it step by step; ``launch/train.py`` is a thin
 absl wrapper around ``Trainer(cfg, workdir).run()``.
 """
@@ -39,6 +41,7 @@ from rlpt.checkpoint import RunCheckpointer, abstract_like, model_fingerprint, s
 from rlpt.config import TrainConfig, to_json
 from rlpt.curriculum import domain_metrics
 from rlpt.data import TaskSampler, TaskStream, eval_tasks
+from rlpt.keys import KEY_SCHEME, run_key
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
 from rlpt.models import ValueModel
 from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
@@ -105,7 +108,7 @@ class Trainer:
     # doubles as the reference.
     self.lora_cfg = cfg.lora.lora_config() if cfg.lora.rank else None
     trainable = (params if self.lora_cfg is None else
-                 init_lora(params, self.lora_cfg, jax.random.key(cfg.seed + 17)))
+                 init_lora(params, self.lora_cfg, run_key(cfg.seed, "lora_init")))
     self.state, state_sh = place_train_state(trainable, self.optimizer, self.mesh, self.rules)
     sample_sh = state_shardings(params, self.mesh, self.sample_rules)
     # An asynchronous producer keeps sampling with older weights while the
@@ -167,7 +170,8 @@ class Trainer:
     self.value_state = None
     if cfg.uses_value_model:
       # The critic's trunk starts from the base policy's decoder, its head at 0.
-      vgraph, vparams = nnx.split(ValueModel(self.model_cfg, nnx.Rngs(cfg.seed)))
+      vgraph, vparams = nnx.split(ValueModel(self.model_cfg,
+                                                nnx.Rngs(run_key(cfg.seed, "value_init"))))
       vparams["decoder"] = params["decoder"]
       self.value_optimizer = make_optimizer(cfg.value.optim, cfg.steps)
       self.value_state, vstate_sh = place_train_state(vparams, self.value_optimizer, self.mesh,
@@ -191,7 +195,6 @@ class Trainer:
     self.task_stream = TaskStream(cfg.seed, cfg.rollout.prompts_per_step)
     self.domain_sampler = cfg.domain_sampler()
     self.eval_set = eval_tasks(cfg.domains.ids, cfg.eval.tasks_per_domain, seed=cfg.seed + 1)
-    self.rng = jax.random.key(cfg.seed)
     self.step = 0
     # Asynchronous rollout (rollout.staleness or domain_staleness > 0): the producer, the policy
     # versions it may sample with, each step's curriculum update (kept until
@@ -199,7 +202,6 @@ class Trainer:
     # last step whose update the producer applied, and the iterator/curriculum
     # state as of the last consumed wave (checkpoints).
     self.pipeline: AsyncRollout | None = None
-    self._wave_key = jax.random.fold_in(jax.random.key(cfg.seed), 0x5A5A)
     self._snapshots: dict[int, object] = {}
     self._curriculum_log: dict[int, dict] = {}
     self._curriculum_applied = 0
@@ -235,18 +237,26 @@ class Trainer:
   # Rollout.
 
   def _generate(self, ids: np.ndarray, lengths: np.ndarray, sampling: SamplingParams,
-                grouped: bool = False, params=None, key=None, bucket_rows: bool = True):
-    """``RolloutSampling.generate`` with the next split of the trainer's key by default."""
-    if key is None:
-      self.rng, key = jax.random.split(self.rng)
+                key: jax.Array, grouped: bool = False, params=None, bucket_rows: bool = True):
+    """``RolloutSampling.generate``; ``key`` from ``run_key`` (there is no default stream)."""
     return self.gen.generate(ids, lengths, sampling, key, grouped, params, bucket_rows)
+
+  def _batch_key(self, step: int | None = None) -> jax.Array:
+    """The key of the training batch of ``step`` (default: the next update's)."""
+    return run_key(self.cfg.seed, "rollout", self.step + 1 if step is None else step)
 
   def _episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
                 params=None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
     """Plays one episode per task to its end (rlpt.rollout.episodes); returns
-    the conversations as host arrays, final grades, per-episode stats, timings."""
+    the conversations as host arrays, final grades, per-episode stats, timings.
+
+    ``key``: default the next training batch's first attempt (what
+    ``rollout`` would use)."""
+    if key is None:
+      key = jax.random.fold_in(self._batch_key(), 0)
+
     def generate(ids, lengths, grouped_, sub):
-      return self._generate(ids, lengths, sampling, grouped_, params, sub, bucket_rows)
+      return self._generate(ids, lengths, sampling, sub, grouped_, params, bucket_rows)
     return self.episode_runner.run(tasks, generate, grouped, key, jax.random.fold_in)
 
   def _rollout_once(self, n_prompts: int, params=None, key=None, tasks=None,
@@ -254,7 +264,7 @@ class Trainer:
     """Plays ``n_prompts`` x group_size episodes and grades them (host arrays).
 
     ``tasks``: the prompts' tasks if already drawn (else the next of the stream).
-    ``bucket_rows``: as in ``_generate``.
+    ``key``: as in ``_episodes``. ``bucket_rows``: as in ``RolloutSampling.generate``.
     """
     g = self.cfg.rollout.group_size
     if tasks is None:
@@ -286,11 +296,14 @@ class Trainer:
     With ``rl.dynamic_sampling`` groups whose rewards are all equal (no
     learning signal) are dropped and further rollouts refill the batch, up to
     ``rl.max_rollouts_per_step``; if still short, uninformative groups fill
-    the rest so the batch shape never changes. ``params`` / ``key`` as in
-    ``_generate`` (the asynchronous producer passes a version's weights).
+    the rest so the batch shape never changes. ``params``: the weights to
+    sample with (the asynchronous producer passes a version's); ``key``: the
+    batch's key (default: the next update's), attempt a samples with
+    ``fold_in(key, a)``.
     """
     cfg, ro = self.cfg, self.cfg.rollout
-    keys = (lambda i: None) if key is None else (lambda i: jax.random.fold_in(key, i))
+    key = self._batch_key() if key is None else key
+    keys = functools.partial(jax.random.fold_in, key)
     arrays, records, timings = self._rollout_once(ro.prompts_per_step, params, keys(0))
     if not cfg.rl.dynamic_sampling:
       return arrays, records, timings
@@ -368,7 +381,6 @@ class Trainer:
     stream of their own, so the run's task stream is untouched)."""
     spec, ro = self.cfg.speculative, self.cfg.rollout
     tasks = TaskSampler(self.cfg.domains.ids, seed=self.cfg.seed + 31)
-    key = jax.random.key(self.cfg.seed + 31)
     t = time.perf_counter()
     metrics = {}
     for i in range(spec.warmup_steps):
@@ -376,7 +388,8 @@ class Trainer:
         prompts = self.pool.reset(tasks.sample(ro.batch_size))
         ids, lengths = encode_prompts([p.text for p in prompts], self.tokenizer, ro.max_prompt_len,
                                       bucket=PROMPT_BUCKET)
-        comp, logp, n = self._generate(ids, lengths, self.sampling, key=jax.random.fold_in(key, i))
+        comp, logp, n = self._generate(ids, lengths, self.sampling,
+                                       run_key(self.cfg.seed, "draft_warmup", i))
         seq = build_sequences(ids, lengths, comp, n, logp, self.tokenizer.pad_id)
       metrics = self.gen.spec.distill(self.policy_params(), seq.tokens, seq.loss_mask)
     self.gen.spec.warm = True
@@ -391,7 +404,7 @@ class Trainer:
       for s in sorted(k for k in self._curriculum_log if self._curriculum_applied < k <= version):
         self.domain_sampler.update(self._curriculum_log[s])
       self._curriculum_applied = max(self._curriculum_applied, version)
-      key = jax.random.fold_in(self._wave_key, wave)
+      key = self._batch_key(wave)  # wave w is trained by update w, as in a synchronous run
       if self.cfg.rl.dynamic_sampling:
         done = self.rollout(params=self._snapshots[version], key=key)
         tasks = None
@@ -621,13 +634,15 @@ class Trainer:
     ``success/<domain>`` decodes with ``eval.temperature`` (0 = greedy);
     with ``eval.sampled`` also ``sampled_success/<domain>``: pass@1 of the
     policy as trained, sampling with the rollout's temperature / top-k / top-p.
+    Keys: ``run_key(seed, "eval", step, mode, chunk)``, apart from the training
+    stream: how often a run evaluates does not change what it trains on.
     """
-    out = self._success("success", self.eval_sampling)
+    out = self._success("success", self.eval_sampling, 0)
     if self.cfg.eval.sampled:
-      out.update(self._success("sampled_success", self.sampling))
+      out.update(self._success("sampled_success", self.sampling, 1))
     return out
 
-  def _success(self, prefix: str, sampling: SamplingParams) -> dict:
+  def _success(self, prefix: str, sampling: SamplingParams, mode: int) -> dict:
     chunk = self.cfg.rollout.batch_size
     tasks = list(self.eval_set)
     successes: dict[str, list[float]] = collections.defaultdict(list)
@@ -635,7 +650,8 @@ class Trainer:
       part = tasks[start:start + chunk]
       # Pad the last chunk with repeats so every call has the compiled shape.
       padded = part + [part[-1]] * (chunk - len(part))
-      _, graded, _, _ = self._episodes(padded, sampling)
+      key = run_key(self.cfg.seed, "eval", self.step, mode, start // chunk)
+      _, graded, _, _ = self._episodes(padded, sampling, key=key)
       for task, x in zip(part, graded):
         if not x.infra_error:
           successes[task.domain].append(float(x.success))
@@ -711,8 +727,9 @@ class Trainer:
   def _trainer_state(self) -> dict:
     """Everything besides the arrays that the next step depends on, as JSON.
 
-    The minibatch order of a step is drawn from seed and step, so it has no
-    state; the environments are reset every rollout, so neither do they.
+    The minibatch order and every random key are functions of seed and step
+    (rlpt.keys), so they have no state; the environments are reset every
+    rollout, so neither do they.
     With asynchronous rollout the producer runs ahead: the task iterator and
     curriculum are saved as they were when the last trained wave was drawn,
     with the curriculum updates it had not applied yet; waves in flight are
@@ -731,8 +748,7 @@ class Trainer:
               "curriculum": self.domain_sampler.state_dict()}
     return _jsonable({
         "step": self.step,
-        "rng": {"impl": str(jax.random.key_impl(self.rng)),
-                "data": np.asarray(jax.random.key_data(self.rng)).tolist()},
+        "keys": KEY_SCHEME,
         **data,
         "kl_controller": self.kl_ctl.state_dict(),
         "history": self.history,
@@ -779,8 +795,12 @@ class Trainer:
     self.state = restored.arrays["policy"]
     self.value_state = restored.arrays["value"]
     self._handoff()
-    self.rng = jax.random.wrap_key_data(np.asarray(t["rng"]["data"], np.uint32),
-                                        impl=t["rng"]["impl"])
+    if t.get("keys") != KEY_SCHEME:
+      # Checkpoints before rlpt.keys saved a split-off RNG state instead.
+      log.warning("Checkpoint step %d was written with random keys %s; this trainer derives them "
+                  "as %s (rlpt.keys). It resumes with the weights, data and curriculum state, "
+                  "but later steps sample differently from the run that wrote it.",
+                  restored.step, t.get("keys", "split from a saved RNG state"), KEY_SCHEME)
     self.task_stream.load_state_dict(t["tasks"])
     self.domain_sampler.load_state_dict(t["curriculum"])
     self._curriculum_log = {int(k): v for k, v in t.get("curriculum_log", {}).items()}

@@ -47,17 +47,41 @@ def _grouped(rewards_B, group_size, valid_B):
   return r, w
 
 
-def _group_mean(r_GxK, w_GxK):
+def _deviations(x_GxK, w_GxK):
+  """Deviations from the weighted mean along K and the population variance.
+
+  Returns (dev_GxK, var_Gx1); dev is not masked (the callers multiply by w).
+  Each row is first shifted by its first valid member, so members equal to it
+  become exact zeros: a row whose valid values are all equal gets deviations
+  and variance of exactly 0. Without the shift the float32 mean of eight 0.7s
+  is off by 6e-8, which a division by (std + eps) turns into an advantage of
+  0.056 for a prompt that carries no signal. Otherwise the result equals the
+  unshifted formula up to rounding (the shift only improves conditioning).
+  Invalid members (w == 0) enter no statistic, whatever their value (NaN too).
+  """
+  valid = w_GxK > 0
+  first_Gx1 = jnp.argmax(valid, axis=1, keepdims=True)
+  ref_Gx1 = jnp.take_along_axis(x_GxK, first_Gx1, axis=1)
+  d = jnp.where(valid, x_GxK - ref_Gx1, 0.0)
   n = jnp.maximum(w_GxK.sum(axis=1, keepdims=True), 1.0)
-  return (r_GxK * w_GxK).sum(axis=1, keepdims=True) / n, n
+  dev = d - (d * w_GxK).sum(axis=1, keepdims=True) / n
+  var = (jnp.where(valid, dev, 0.0) ** 2 * w_GxK).sum(axis=1, keepdims=True) / n
+  return dev, var
 
 
-def _batch_normalise(x_B, w_B, eps):
-  """(x - mean) / (std + eps) over the valid entries (population std)."""
-  n = jnp.maximum(w_B.sum(), 1.0)
-  mean = (x_B * w_B).sum() / n
-  var = (((x_B - mean) ** 2) * w_B).sum() / n
-  return (x_B - mean) / (jnp.sqrt(var) + eps) * w_B
+def _batch_normalise(x_B, w_B, eps, centre: bool = True):
+  """(x - mean) / (std + eps) over the valid entries (population std), 0 elsewhere.
+
+  ``centre=False`` only scales, for inputs whose mean is 0 by construction:
+  an entry of 0 then stays exactly 0.
+  """
+  x, w = x_B[None], w_B[None]
+  if centre:
+    dev, var = _deviations(x, w)
+  else:
+    dev = jnp.where(w > 0, x, 0.0)
+    var = (dev ** 2 * w).sum() / jnp.maximum(w.sum(), 1.0)
+  return (dev / (jnp.sqrt(var) + eps) * w)[0]
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")
@@ -68,9 +92,8 @@ def grpo_advantages(rewards_B: jax.Array, group_size: int, valid_B: jax.Array | 
   The std is the population std over valid members.
   """
   r, w = _grouped(rewards_B, group_size, valid_B)
-  mean, n = _group_mean(r, w)
-  var = (((r - mean) ** 2) * w).sum(axis=1, keepdims=True) / n
-  adv = (r - mean) / (jnp.sqrt(var) + eps) * w
+  dev, var = _deviations(r, w)
+  adv = dev / (jnp.sqrt(var) + eps) * w
   return adv.reshape(rewards_B.shape[0])
 
 
@@ -83,8 +106,8 @@ def dr_grpo_advantages(rewards_B: jax.Array, group_size: int,
   (small std); Dr. GRPO drops it so every prompt's reward scale is kept.
   """
   r, w = _grouped(rewards_B, group_size, valid_B)
-  mean, _ = _group_mean(r, w)
-  return ((r - mean) * w).reshape(rewards_B.shape[0])
+  dev, _ = _deviations(r, w)
+  return (dev * w).reshape(rewards_B.shape[0])
 
 
 @ADVANTAGE_ESTIMATORS.register("rloo")
@@ -94,13 +117,14 @@ def rloo_advantages(rewards_B: jax.Array, group_size: int,
 
   The mean runs over the other valid members of the group; a member with no
   valid peer has no baseline and gets advantage 0 (an unbiased estimate needs
-  the baseline to be independent of the sample).
+  the baseline to be independent of the sample). Computed as
+  n / (n - 1) * (r_i - mean) over the n valid members (the same quantity), so
+  a group of equal rewards gets exactly 0 (see ``_deviations``).
   """
   r, w = _grouped(rewards_B, group_size, valid_B)
   n = w.sum(axis=1, keepdims=True)
-  total = (r * w).sum(axis=1, keepdims=True)
-  others = jnp.maximum(n - 1.0, 1.0)
-  adv = (r - (total - r * w) / others) * w * (n > 1.0)
+  dev, _ = _deviations(r, w)
+  adv = dev * (n / jnp.maximum(n - 1.0, 1.0)) * w * (n > 1.0)
   return adv.reshape(rewards_B.shape[0])
 
 
@@ -125,11 +149,14 @@ def reinforce_pp_baseline_advantages(rewards_B: jax.Array, group_size: int,
   """REINFORCE++ with baseline: r - mean_group, then normalised over the batch, [B].
 
   The group mean removes the prompt's difficulty; the batch std (rather than
-  each group's, as in GRPO) keeps the relative scale between prompts.
+  each group's, as in GRPO) keeps the relative scale between prompts. The
+  group-centred rewards have batch mean 0 already (each group's valid
+  deviations sum to 0), so the batch step only scales: re-centring on a
+  float32 mean of ~1e-9 would move a constant group's exact 0 off zero.
   """
   r, w = _grouped(rewards_B, group_size, valid_B)
-  mean, _ = _group_mean(r, w)
-  return _batch_normalise(((r - mean) * w).reshape(-1), w.reshape(-1), eps)
+  dev, _ = _deviations(r, w)
+  return _batch_normalise((dev * w).reshape(-1), w.reshape(-1), eps, centre=False)
 
 
 def terminal_rewards_BxT(rewards_B: jax.Array, mask_BxT: jax.Array) -> jax.Array:
@@ -180,12 +207,13 @@ def gae_BxT(token_rewards_BxT: jax.Array, values_BxT: jax.Array, mask_BxT: jax.A
 
 
 def masked_whiten(x_BxT: jax.Array, mask_BxT: jax.Array, eps: float = 1e-6) -> jax.Array:
-  """(x - mean) / (std + eps) over masked entries (population std), 0 off the mask."""
+  """(x - mean) / (std + eps) over masked entries (population std), 0 off the mask.
+
+  Equal masked entries give exactly 0 (see ``_deviations``).
+  """
   m = mask_BxT.astype(jnp.float32)
-  n = jnp.maximum(m.sum(), 1.0)
-  mean = (x_BxT * m).sum() / n
-  var = (((x_BxT - mean) ** 2) * m).sum() / n
-  return (x_BxT - mean) / (jnp.sqrt(var) + eps) * m
+  return _batch_normalise(x_BxT.astype(jnp.float32).reshape(-1), m.reshape(-1),
+                          eps).reshape(x_BxT.shape)
 
 
 def gae_advantages_and_returns(rewards_B: jax.Array, values_BxT: jax.Array, mask_BxT: jax.Array,

@@ -20,7 +20,10 @@ def groups_with_signal(rewards_GxK: np.ndarray, valid_GxK: np.ndarray | None = N
   A group whose valid members all got the same reward has zero advantage under
   any group baseline, so it only dilutes the batch. Groups with fewer than two
   valid members carry no comparison and are dropped too. ``atol`` treats a
-  population std <= atol as zero (for noisy continuous rewards).
+  population std <= atol as zero (for noisy continuous rewards). Equal valid
+  rewards have no signal whatever ``atol``: the std is taken of the rewards
+  minus the group's first valid one, so those deviations are exact zeros (a
+  float64 mean of seven 0.1s is off by an ulp, which ``std > 0`` would count).
   """
   r = np.asarray(rewards_GxK, np.float64)
   if r.ndim != 2:
@@ -29,8 +32,12 @@ def groups_with_signal(rewards_GxK: np.ndarray, valid_GxK: np.ndarray | None = N
   if w.shape != r.shape:
     raise ValueError(f"valid_GxK shape {w.shape} != rewards_GxK shape {r.shape}.")
   n = w.sum(axis=1)
-  mean = (r * w).sum(axis=1) / np.maximum(n, 1.0)
-  std = np.sqrt((((r - mean[:, None]) ** 2) * w).sum(axis=1) / np.maximum(n, 1.0))
+  valid = w > 0
+  first = np.argmax(valid, axis=1)[:, None]
+  d = np.where(valid, r - np.take_along_axis(r, first, axis=1), 0.0)
+  mean = (d * w).sum(axis=1) / np.maximum(n, 1.0)
+  dev = np.where(valid, d - mean[:, None], 0.0)
+  std = np.sqrt(((dev ** 2) * w).sum(axis=1) / np.maximum(n, 1.0))
   return (n >= 2) & (std > atol)
 
 

@@ -19,6 +19,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from rlpt.config import TrainConfig
+from rlpt.keys import run_key
 from rlpt.models import ModelConfig
 from rlpt.rollout.pipeline import BusyClock
 from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global,
@@ -77,7 +78,7 @@ class RolloutSampling:
       if self.group_generate_fns:
         layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
       self.spec = DraftedSampling(cfg.speculative, graphdef, model_cfg, args, layouts, param_sh,
-                                  mesh, sample_rules, cfg.seed + 29, cfg.steps)
+                                  mesh, sample_rules, run_key(cfg.seed, "draft_init"), cfg.steps)
 
   def handoff(self, params: nnx.State) -> None:
     """Gives the sampler ``params`` (already in the sampling layout), quantized

@@ -34,7 +34,7 @@ class DraftedSampling:
   """
 
   def __init__(self, spec_cfg, graphdef, model_cfg, args, layouts: dict, param_sh, mesh, rules,
-               seed: int, total_steps: int):
+               seed: int | jax.Array, total_steps: int):
     from rlpt.config import OptimConfig
     from rlpt.steps import make_optimizer
     self.cfg = spec_cfg

@@ -1,0 +1,55 @@
+"""Every JAX random key of an RL run, as a pure function of (seed, purpose, indices).
+
+No key is split off shared mutable state: the key of a draw names the run's
+seed, what it is for, and where it is (the step, the attempt, the chunk). So
+evaluating more or less often, resuming from a checkpoint or running the
+rollout asynchronously cannot shift the samples training sees, and a
+checkpoint needs no RNG state.
+
+Purposes and the indices each takes (see ``rlpt.trainer``):
+
+* ``rollout``: the training batch of step s (1-based: the update that trains
+  on it, also the asynchronous wave s), then the attempt a (0, then dynamic
+  sampling's top-ups 1, 2, ...; an asynchronous wave played in per-domain parts
+  uses 0 with one part and 1 + k for the part of staleness budget k). The
+  episode runner folds in its sampler call c >= 1 on top.
+* ``eval``: the evaluation after step s (0: the base), the mode (0: eval
+  sampling, 1: the rollout's sampling, ``eval.sampled``), the chunk of the
+  held-out set.
+* ``draft_warmup``: the speculative draft's distillation sample before RL,
+  update i.
+* ``lora_init``, ``draft_init``, ``value_init``: initial LoRA adapters, draft
+  model and value head.
+
+The numbers in ``PURPOSES`` are part of the stream: changing one changes
+every run's samples. Add new purposes with new numbers.
+"""
+
+from __future__ import annotations
+
+import jax
+
+PURPOSES = {
+    "rollout": 1,
+    "eval": 2,
+    "draft_warmup": 3,
+    "lora_init": 4,
+    "draft_init": 5,
+    "value_init": 6,
+}
+
+# Saved in checkpoints: what the run's keys are a function of.
+KEY_SCHEME = "rlpt.keys.run_key/1"
+
+
+def run_key(seed: int, purpose: str, *indices: int) -> jax.Array:
+  """The key for ``purpose`` at ``indices`` (each in [0, 2**32)) of the run seeded ``seed``."""
+  if purpose not in PURPOSES:
+    raise ValueError(f"unknown key purpose '{purpose}'; known: {sorted(PURPOSES)}.")
+  key = jax.random.fold_in(jax.random.key(seed), PURPOSES[purpose])
+  for i in indices:
+    i = int(i)
+    if not 0 <= i < 2**32:
+      raise ValueError(f"run_key({purpose!r}) index {i} is outside [0, 2**32).")
+    key = jax.random.fold_in(key, i)
+  return key
