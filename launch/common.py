@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import flags, logging
+
+
+CPU_THREADS = flags.DEFINE_integer(
+    "cpu_threads", 2, "On a CPU-only host: XLA's intra-op thread pool size (PJRT_NPROC), "
+    "fixed so that a run is bit-identical on hosts with any number of cores (XLA:CPU splits "
+    "each reduction into one partial sum per thread). 0: one thread per available core. "
+    "Ignored where an accelerator plugin is installed.", lower_bound=0)
+
+
+def pin_cpu_threads() -> None:
+  """Applies --cpu_threads before JAX starts; a conflict exits with a usage error."""
+  from rlpt.runtime import cpu_only_host, set_cpu_threads
+  if not cpu_only_host():
+    return
+  if not flags.FLAGS["cpu_threads"].present and "PJRT_NPROC" in os.environ:
+    return  # the environment's own choice stands unless the flag is given
+  try:
+    set_cpu_threads(CPU_THREADS.value)
+  except (ValueError, RuntimeError) as e:
+    from absl import app
+    raise app.UsageError(f"--cpu_threads={CPU_THREADS.value}: {e}") from e
 
 
 def typed_config(cls, config_dict):

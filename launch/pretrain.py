@@ -18,6 +18,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_libraries()
+  common.pin_cpu_threads()
   from rlpt.config import PretrainConfig
   from rlpt.pretrain import pretrain
   cfg = common.typed_config(PretrainConfig, _CONFIG.value)

@@ -65,12 +65,15 @@ def main(argv):
     set_cpu_devices(_cpu_devices(cfg))
   except (ValueError, RuntimeError) as e:
     raise app.UsageError(f"--cpu_devices={_CPU_DEVICES.value}: {e}") from e
+  common.pin_cpu_threads()
   multihost.initialize_from_flags()
   import jax
   from rlpt.trainer import train
   if jax.process_index() == 0:
+    threads = os.environ.get("PJRT_NPROC")
     print(f"devices: {jax.device_count()} x {jax.devices()[0].platform} in "
-          f"{jax.process_count()} process(es)", flush=True)
+          f"{jax.process_count()} process(es)"
+          + (f", {threads} XLA CPU threads" if threads else ""), flush=True)
   result = train(cfg, _WORKDIR.value)
   if jax.process_index() == 0:
     print(result["table"])

@@ -51,6 +51,44 @@ def set_cpu_devices(n: int) -> None:
                              "--xla_cpu_multi_thread_eigen=false").strip()
 
 
+def set_cpu_threads(n: int) -> None:
+  """Sizes XLA:CPU's intra-op thread pool to ``n`` threads (``PJRT_NPROC``)
+  whatever the host's core count; 0 leaves XLA's default, one per available
+  core. Call it before JAX starts.
+
+  XLA:CPU splits a reduction (a sum over the batch, a loss mean, a bias
+  gradient) into one partial sum per thread, so the thread count is part of
+  the arithmetic: the same program on 1 and on 2 cores differs in the last
+  bits, and 600 steps of pre-training turn those bits into another base. With
+  the count fixed, a run is bit-identical on hosts with more or fewer cores
+  (tests/launch/test_cpu_threads.py; the README says on which machines).
+  """
+  if n < 0:
+    raise ValueError(f"CPU threads must be >= 0 (0: one per core), got {n}.")
+  if n == 0:
+    return
+  from jax._src import xla_bridge
+  if xla_bridge.backends_are_initialized():
+    raise RuntimeError(f"{n} CPU threads must be set before JAX starts; it has already started.")
+  current = os.environ.get("PJRT_NPROC")
+  if current not in (None, str(n)):
+    raise ValueError(f"PJRT_NPROC is already set to {current!r}; set {n} threads there or "
+                     "here, not both.")
+  os.environ["PJRT_NPROC"] = str(n)
+
+
+def cpu_only_host() -> bool:
+  """Whether JAX will run on the CPU here: JAX_PLATFORMS says only ``cpu``, or
+  no accelerator plugin (CUDA / ROCm entry points, libtpu) is installed."""
+  import importlib.metadata
+  import importlib.util
+  platforms = {p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()}
+  if platforms:
+    return platforms == {"cpu"}
+  return (not list(importlib.metadata.entry_points(group="jax_plugins"))
+          and importlib.util.find_spec("libtpu") is None)
+
+
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
   """Shards the leading (batch) dimension by the ``batch`` rule; the rest replicated."""
   return NamedSharding(mesh, logical_to_spec(("batch",) + (None,) * (ndim - 1), rules))
