@@ -33,6 +33,9 @@ reset info holds "demonstration_turns" (all model turns of one solution).
 Actions may be `str` or `bytes` (a byte-level model's raw output). Invalid
 UTF-8, lone surrogates, empty or over-long answers are graded MALFORMED here,
 before any domain code runs, so verifiers only ever see bounded valid text.
+In the other direction every observation and feedback string is valid UTF-8
+(a lone surrogate in a verifier's text, e.g. a candidate's exception message,
+is shown as its backslash escape).
 """
 
 from __future__ import annotations
@@ -51,6 +54,18 @@ FEEDBACK_MAX_CHARS = 256
 
 def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _valid_text(text: str) -> str:
+    """`text` encodable as strict UTF-8: a lone surrogate (e.g. from a candidate's
+    exception message) becomes its backslash escape. Every observation and
+    feedback string leaves the env through here, so tokenizers that reject
+    surrogates (Hugging Face `tokenizers`) accept whatever a verifier reports."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class TaskEnv(gymnasium.Env[str, str]):
@@ -133,8 +148,8 @@ class TaskEnv(gymnasium.Env[str, str]):
             truncated = True
         self._done = terminated or truncated
 
-        feedback = _truncate(grade.feedback, FEEDBACK_MAX_CHARS)
-        obs = f"\n{grade.verdict.value}: {feedback}\n{self._retry_cue()}" if not grade.success else ""
+        feedback = _truncate(_valid_text(grade.feedback), FEEDBACK_MAX_CHARS)
+        obs = _valid_text(f"\n{grade.verdict.value}: {feedback}\n{self._retry_cue()}") if not grade.success else ""
         info = {
             "verdict": grade.verdict.value,
             "success": grade.success,
@@ -156,7 +171,7 @@ class TaskEnv(gymnasium.Env[str, str]):
             self._tool_errors += 1
         self._done = turns_spent
         # One line, so the reply cannot forge further turns of the conversation.
-        text = _truncate(reply.text.replace("\n", " "), FEEDBACK_MAX_CHARS)
+        text = _truncate(_valid_text(reply.text).replace("\n", " "), FEEDBACK_MAX_CHARS)
         label = "result" if reply.verdict is Verdict.TOOL else reply.verdict.value
         info = {
             "verdict": reply.verdict.value,

@@ -41,6 +41,8 @@ def _process_failure(result: JobResult, timeout_s: float) -> Grade | None:
         return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure: {result.detail}")
     if result.status is Status.TIMEOUT:
         return Grade(Verdict.TIMEOUT, 0.0, f"time limit of {timeout_s:g}s exceeded")
+    if result.status is Status.MEMORY:
+        return Grade(Verdict.OOM, 0.0, result.detail or "memory limit exceeded")
     if result.status is Status.NO_RESULT:
         how = f"signal {result.signal}" if result.signal is not None else f"exit code {result.exit_code}"
         return Grade(Verdict.ERROR, 0.0, f"program ended ({how}) without returning results: {result.detail}")

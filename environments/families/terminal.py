@@ -5,11 +5,15 @@ shell command line, run with /bin/sh in the sandbox (`ShellJob`). The grader
 compares the returned workspace snapshot with the state the host computed:
 required files must hold the required content (surrounding whitespace
 ignored), removed files must be gone, and every other file must be unchanged
-(so `rm -rf *` or clobbering inputs fails). Difficulty adds distractor files
+(so `rm -rf *` or clobbering inputs fails). The snapshot is bounded: a
+workspace it cannot list in full, or a required file whose contents it does
+not return in full, fails (see `_check`). Difficulty adds distractor files
 and longer inputs.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -109,8 +113,21 @@ def max_prompt_chars(variant: str, distractors: int) -> int:
 VARIANTS = tuple(_INSTRUCTIONS)
 
 
-def _check(snapshot: dict, files: dict[str, str], expected: dict[str, str | None]) -> str | None:
-    """None if the workspace is right, else the first problem found."""
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check(snapshot: dict, files: dict[str, str], expected: dict[str, str | None], complete: bool = True) -> str | None:
+    """None if the workspace is right, else the first problem found.
+
+    The snapshot is bounded (sandbox.JobResult.files): an incomplete listing
+    could hide a file that should be gone, and a file whose returned contents
+    were truncated cannot be compared, so both fail (only an answer that fills
+    the workspace far beyond any task's needs gets there). Files that must be
+    unchanged are compared by the hash of their full contents.
+    """
+    if not complete:
+        return "the workspace is too large to check (too many files or too deeply nested)"
     for path, want in expected.items():
         got = snapshot.get(path)
         if want is None:
@@ -121,13 +138,15 @@ def _check(snapshot: dict, files: dict[str, str], expected: dict[str, str | None
                 return f"directory {path} is missing"
         elif not got or got["type"] != "file":
             return f"file {path} is missing"
+        elif got.get("truncated"):
+            return f"{path} is too large to check ({got['size']} bytes)"
         elif got["data"].strip() != want.strip():
             return f"{path} has the wrong content"
     for path, content in files.items():
         if path in expected:
             continue
         got = snapshot.get(path)
-        if not got or got.get("data") != content:
+        if not got or got["type"] != "file" or got.get("sha256") != _sha256(content):
             return f"{path} was changed or removed but should be left alone"
     return None
 
@@ -155,7 +174,9 @@ class ShellTaskDomain(Domain):
             return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure: {result.detail}")
         if result.status is sandbox.Status.TIMEOUT:
             return Grade(Verdict.TIMEOUT, 0.0, f"time limit of {TIMEOUT_S:g}s exceeded")
-        problem = _check(result.files or {}, files, expected)
+        if result.status is sandbox.Status.MEMORY:
+            return Grade(Verdict.OOM, 0.0, result.detail)
+        problem = _check(result.files or {}, files, expected, complete=not result.files_truncated)
         if problem is None:
             return passed()
         tail = result.output.strip().splitlines()[-1:] if result.exit_code else []

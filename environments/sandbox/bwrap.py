@@ -10,14 +10,28 @@ Two privilege models, chosen by who runs the host:
 
 * root host: no user namespace. The worker runs as root holding only the
   capabilities it needs to set up and clean each job (setuid/setgid, chown,
-  DAC override/fowner, kill); each job drops to a dedicated unprivileged uid,
-  so RLIMIT_NPROC binds it, it cannot signal the worker, and the worker can
-  reap every leftover process of that uid (setsid escapees included).
+  DAC override/fowner, kill); each job drops to an unprivileged uid that no
+  other live worker on the host uses (leased by the pool, see uids.py), so
+  RLIMIT_NPROC binds it and counts only this worker's job, it cannot signal
+  the worker, and the worker can reap every leftover process of that uid
+  (setsid escapees included). Nothing in the sandbox is writable by that uid
+  but the job's work directory.
 * unprivileged host: bwrap also unshares the user namespace; worker and job
-  share one mapped uid (RLIMIT_NPROC binds it), and leftovers are reaped by
-  killing every other process of the sandbox's private PID namespace. A job
-  can kill its own worker here; the host then reports SANDBOX_ERROR and starts
-  a fresh sandbox.
+  share one mapped uid, and leftovers are reaped by killing every other
+  process of the sandbox's private PID namespace. RLIMIT_NPROC binds the job;
+  since Linux 5.14 it counts the processes of that uid in the sandbox's own
+  user namespace (worker and bwrap's init included), so sandboxes, and pools,
+  do not share the count (the host user's own RLIMIT_NPROC, as it was when
+  the sandbox started, still caps them all together); on older kernels it
+  counts every process of the host user. A job can kill its own worker here; the host then reports
+  SANDBOX_ERROR and starts a fresh sandbox. The job can write the sandbox's
+  tmpfs directories; whatever it adds there is removed after the job.
+
+System V IPC objects a job creates live in the worker's private IPC
+namespace and are removed after each job (all jobs of one worker share that
+namespace). Where the host uses memory cgroups (cgroup.py), the worker's
+cgroup directory is bind-mounted read-only at /run/rlpt-cgroup so the worker
+can watch its OOM counter.
 
 `probe()` runs a throw-away sandbox once and caches the outcome; callers fall
 back to `PlainLauncher` (with a logged warning) when it fails.
@@ -36,6 +50,7 @@ from environments.sandbox.pool import WORKER_SCRIPT, _system_python
 
 _CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL")
 _SANDBOX_WORKER_DIR = "/opt/rlpt-sandbox"
+_SANDBOX_CGROUP_DIR = "/run/rlpt-cgroup"
 
 
 _SANDBOX_PYTHON_PREFIX = "/opt/rlpt-python"
@@ -85,6 +100,8 @@ class BwrapLauncher:
     def argv(self, worker_config: dict[str, Any]) -> list[str]:
         isolation = [
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            # bwrap's own PR_SET_PDEATHSIG: bound to the forking *thread*, which
+            # is why the pool forks every worker from one long-lived thread.
             "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
             "--hostname", "sandbox",
@@ -98,7 +115,14 @@ class BwrapLauncher:
             isolation += ["--cap-drop", "ALL"] + [a for cap in _CAPS for a in ("--cap-add", cap)]
         else:
             isolation += ["--unshare-user"]
-        config = dict(worker_config, tmp_dir="/tmp", reap="uid" if self._root else "namespace")
+        # The worker's private IPC namespace holds only jobs' objects, and the
+        # sandbox's own tmpfs directories are the only writable places.
+        config = dict(worker_config, tmp_dir="/tmp", reap="uid" if self._root else "namespace", ipc="all", scratch="sandbox")
+        memory = dict(config.get("memory") or {})
+        if memory.get("mode") == "cgroup":
+            # The worker's cgroup, read-only: the worker watches its OOM counter.
+            isolation += ["--ro-bind", memory["dir"], _SANDBOX_CGROUP_DIR]
+            config["memory"] = dict(memory, dir=_SANDBOX_CGROUP_DIR)
         return [
             self._bwrap,
             *isolation,

@@ -7,6 +7,14 @@ and replaced when it dies, hangs, or has served `max_jobs_per_worker` jobs.
 envs stepped from a ThreadPoolExecutor) can share one pool; at most `size`
 jobs run at once. Infrastructure failures never raise: they come back as
 `JobResult(status=Status.SANDBOX_ERROR)` so callers can mask them.
+
+Isolation between jobs and pools: as root, each slot leases a job uid no
+other live worker on the host uses (uids.py), so one pool's fork-heavy job
+never exhausts another's RLIMIT_NPROC; each worker gets its own memory
+cgroup where the host allows one (cgroup.py), capping a job's memory as a
+whole (`Limits.memory_bytes`, `Status.MEMORY`); and nothing a job creates
+(processes, System V IPC objects, files outside its work directory) reaches
+the next job (worker._clean_leftovers).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import threading
 import time
 from typing import Any, Protocol
 
+from environments.sandbox import cgroup, uids
 from environments.sandbox import worker as wire
 
 log = logging.getLogger(__name__)
@@ -42,6 +51,11 @@ class Limits:
     """Per-job resource limits, applied with setrlimit in the job's process.
 
     address_space_bytes: RLIMIT_AS (virtual memory) per process.
+    memory_bytes: memory of the job as a whole (all its processes, and the
+      System V shared memory it touched). A cgroup enforces it where the host
+      allows one, else the worker polls the job's memory use; either way a
+      job over it is killed with Status.MEMORY. See
+      `SandboxPool.memory_enforcement`.
     cpu_s: RLIMIT_CPU in CPU seconds; None means ceil(timeout_s) + 1.
     file_size_bytes: RLIMIT_FSIZE, the largest file the job may write.
     open_files: RLIMIT_NOFILE.
@@ -53,6 +67,7 @@ class Limits:
     file_size_bytes: int = 1 << 20
     open_files: int = 64
     processes: int = 0
+    memory_bytes: int = 512 << 20
 
     def to_wire(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -114,6 +129,7 @@ class Status(enum.Enum):
     OK = "ok"  # the job ran to completion (its own result may still be an error)
     TIMEOUT = "timeout"  # wall-clock or CPU limit hit; the job was killed
     NO_RESULT = "no_result"  # a Python job ended without a valid nonce-tagged result
+    MEMORY = "memory"  # the job as a whole went over Limits.memory_bytes; it was killed
     SANDBOX_ERROR = "sandbox_error"  # the worker/launcher failed; not the job's fault
 
 
@@ -125,9 +141,15 @@ class JobResult:
       OK Python jobs, else None.
     exit_code / signal: of the job's top process (informational only; never
       used to decide success).
-    output: first `output_limit` bytes of stdout+stderr, decoded; output_bytes
-      is the total the job wrote.
-    files: workspace snapshot for shell jobs.
+    output: first `output_limit` bytes (at most worker.MAX_OUTPUT_BYTES) of
+      stdout+stderr, decoded; output_bytes is the total the job wrote.
+    files: workspace snapshot for shell jobs, {path: entry} (see
+      worker._snapshot): {"type": "dir"}, {"type": "link", "target"},
+      {"type": "other"}, or {"type": "file", "size", "mode", "sha256" (of the
+      full contents), "data" (its start), "truncated" (data is not all of it)}.
+    files_truncated: the listing is incomplete (too many entries, too deep,
+      too long a path, an unreadable directory): a path absent from `files`
+      may still exist.
     wall_s / cpu_s: seconds of wall-clock time (worker side) and CPU time.
     detail: why the status is not OK.
     """
@@ -139,6 +161,7 @@ class JobResult:
     output: str = ""
     output_bytes: int = 0
     files: dict[str, Any] | None = None
+    files_truncated: bool = False
     wall_s: float = 0.0
     cpu_s: float = 0.0
     detail: str = ""
@@ -156,6 +179,7 @@ class PlainLauncher:
     """Worker as a plain child process; isolation is rlimits + uid drop only."""
 
     name = "plain"
+    shares_host_fs = True  # the worker's directories are the host's (see SandboxPool._discard)
 
     def __init__(self, python: str | None = None) -> None:
         self._python = python or _system_python()
@@ -170,18 +194,83 @@ def _system_python() -> str:
     return os.path.realpath(sys.executable)
 
 
-# Jobs of worker slot i run as uid/gid JOB_UID_BASE + i when the worker is root:
-# a uid no other process uses, so leftovers can be reaped by uid.
-JOB_UID_BASE = 61000
+# When the host is root, the jobs of each worker slot run as a uid (and gid)
+# of its own from [JOB_UID_BASE, JOB_UID_BASE + JOB_UID_COUNT), leased
+# host-wide for the slot's life (uids.acquire): no other live worker, of this
+# pool or of any other pool on the host, uses it, so RLIMIT_NPROC counts only
+# that slot's job and leftovers can be reaped by uid. (Not the fixed
+# 61000 + slot of earlier versions, which an older pool still running on the
+# same host would share.)
+JOB_UID_BASE = 62000
+JOB_UID_COUNT = 1000
 
 
 def default_worker_config() -> dict[str, Any]:
+    """uid/gid: first job uid to lease (None: no uid drop). ipc / scratch:
+    which System V IPC objects and which files outside the work dir count as
+    the job's leftovers, removed after each job (see worker._clean_leftovers)."""
     root = os.geteuid() == 0
-    return {"uid": JOB_UID_BASE if root else None, "gid": JOB_UID_BASE if root else None, "tmp_dir": None, "reap": "uid" if root else "none"}
+    return {
+        "uid": JOB_UID_BASE if root else None,
+        "gid": JOB_UID_BASE if root else None,
+        "tmp_dir": None,
+        "reap": "uid" if root else "none",
+        "ipc": "uid" if root else "new",
+        "scratch": "host" if root else "none",
+    }
 
 
 class WorkerError(Exception):
     pass
+
+
+class _Spawner:
+    """Forks every worker process from one long-lived daemon thread.
+
+    A worker's death signal (PR_SET_PDEATHSIG in worker.py, bwrap's own
+    --die-with-parent) fires when the *thread* that forked it exits, not when
+    the host process does. Forking from the calling thread would kill a worker
+    as soon as that thread ended (a pool first used from a short-lived thread,
+    a ThreadPoolExecutor shut down), failing the next job on it. This thread
+    ends only with the host process, so workers still die with the host, even
+    when it is SIGKILLed, but never with a caller thread. It is recreated in a
+    forked child (threads do not survive fork).
+    """
+
+    def __init__(self) -> None:
+        self._after_fork()
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+        done, box = threading.Event(), {}
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, args=(self._requests,), name="rlpt-sandbox-spawner", daemon=True)
+                self._thread.start()
+            self._requests.put((argv, kwargs, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["proc"]
+
+    @staticmethod
+    def _serve(requests: queue.SimpleQueue) -> None:
+        while True:
+            argv, kwargs, box, done = requests.get()
+            try:
+                box["proc"] = subprocess.Popen(argv, **kwargs)
+            except BaseException as e:  # handed to the caller
+                box["error"] = e
+            finally:
+                done.set()
+
+
+_spawner = _Spawner()
 
 
 class _Worker:
@@ -189,7 +278,7 @@ class _Worker:
 
     def __init__(self, argv: list[str]) -> None:
         self.jobs = 0
-        self.proc = subprocess.Popen(
+        self.proc = _spawner.popen(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -200,6 +289,7 @@ class _Worker:
         hello = self._read(time.monotonic() + _START_TIMEOUT_S)
         if not hello.get("ready"):
             raise WorkerError(f"worker did not start: {hello}")
+        self.tmp_root: str | None = hello.get("tmp_root")  # where it puts job work dirs
 
     def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         try:
@@ -258,6 +348,9 @@ class _Slot:
     def __init__(self, index: int) -> None:
         self.index = index
         self.worker: _Worker | None = None
+        self.lease: uids.UidLease | None = None  # the slot's job uid, held for the pool's life
+        self.cgroup: cgroup.WorkerCgroup | None = None  # the live worker's cgroup
+        self.oom_kills = 0  # OOM kills in that cgroup already accounted for
 
 
 class SandboxPool:
@@ -267,6 +360,17 @@ class SandboxPool:
     launcher: how workers start (`PlainLauncher` or `bwrap.BwrapLauncher`).
     max_jobs_per_worker: recycle a worker after this many jobs, bounding any
       state (leaked memory, a poisoned interpreter) a job might leave behind.
+    memory_cgroups: cap each job's memory with a per-worker cgroup (None:
+      where `cgroup.probe()` finds this host allows it; False: never, the
+      worker polls the job's memory use instead).
+
+    memory_enforcement: what enforces `Limits.memory_bytes` for this pool:
+      "cgroup v1" / "cgroup v2" (the kernel caps the job; the OOM killer picks
+      job processes and the worker then kills the whole job) or "polling" (the
+      worker sums the job's resident anonymous memory and System V segments
+      every 20 ms and kills the job above the cap; a fast allocator can
+      overshoot by what it allocates in that time, each process still bounded
+      by RLIMIT_AS).
     """
 
     def __init__(
@@ -275,11 +379,20 @@ class SandboxPool:
         launcher: Launcher | None = None,
         max_jobs_per_worker: int = 1000,
         worker_config: dict[str, Any] | None = None,
+        memory_cgroups: bool | None = None,
     ) -> None:
         self.size = size or os.cpu_count() or 1
         self.launcher = launcher or PlainLauncher()
         self.max_jobs_per_worker = max_jobs_per_worker
         self._config = worker_config or default_worker_config()
+        self._cgroups: cgroup.Layout | None = None
+        if memory_cgroups is not False:
+            self._cgroups, reason = cgroup.probe()
+            if self._cgroups is None and memory_cgroups:
+                raise ValueError(f"memory_cgroups=True, but {reason}")
+            if self._cgroups is None:
+                log.info("sandbox: job memory caps are enforced by polling (%s)", reason)
+        self.memory_enforcement = self._cgroups.mechanism if self._cgroups is not None else "polling"
         self._slots: queue.LifoQueue[_Slot] = queue.LifoQueue()
         self._all = [_Slot(i) for i in range(self.size)]
         for slot in self._all:
@@ -305,10 +418,14 @@ class SandboxPool:
         # (the job did not run, so re-running it cannot double-count).
         for attempt in range(2):
             try:
+                if slot.worker is not None and slot.worker.proc.poll() is not None:
+                    self._discard(slot)  # died while idle: never hand it a job
                 if slot.worker is None:
-                    slot.worker = _Worker(self.launcher.argv(self._slot_config(slot)))
+                    slot.worker = self._start_worker(slot)
                     with self._lock:
                         self.workers_started += 1
+                if slot.cgroup is not None:
+                    slot.cgroup.set_limits(job.limits.memory_bytes, job.limits.processes)
             except (WorkerError, OSError, ValueError) as e:
                 self._discard(slot)
                 return JobResult(Status.SANDBOX_ERROR, detail=f"could not start {self.launcher.name} worker: {e}")
@@ -316,26 +433,68 @@ class SandboxPool:
             try:
                 response = slot.worker.request(message, job.timeout_s + _HOST_GRACE_S)
             except (WorkerError, ValueError) as e:
+                over_memory = self._oom_killed(slot)
                 self._discard(slot)
+                if over_memory:
+                    # The job filled the cgroup with memory no process holds
+                    # (shared memory, tmpfs files) until the worker itself was
+                    # the OOM killer's only choice: the job's doing.
+                    return JobResult(Status.MEMORY, detail=f"{_memory_detail(job.limits.memory_bytes, self.memory_enforcement)}; the worker was killed")
                 if attempt == 0 and not fresh and "stdin closed" in str(e):
                     continue
                 return JobResult(Status.SANDBOX_ERROR, detail=str(e))
-            if slot.worker.jobs >= self.max_jobs_per_worker:
+            slot.oom_kills = response.get("oom_kills", slot.oom_kills)
+            if slot.worker.jobs >= self.max_jobs_per_worker or response.get("retire"):
                 self._discard(slot, graceful=True)
             return _to_result(response, message["nonce"])
         raise AssertionError("unreachable")
 
+    def _start_worker(self, slot: _Slot) -> _Worker:
+        config = self._slot_config(slot)
+        if self._cgroups is not None:
+            slot.cgroup = cgroup.WorkerCgroup(self._cgroups)
+            slot.oom_kills = 0
+            config["memory"] = slot.cgroup.worker_view()
+        else:
+            config["memory"] = {"mode": "poll", "mechanism": "polling"}
+        worker = _Worker(self.launcher.argv(config))
+        if slot.cgroup is not None:
+            try:
+                slot.cgroup.attach(worker.proc.pid)
+            except OSError:
+                worker.kill()
+                raise
+        return worker
+
     def _slot_config(self, slot: _Slot) -> dict[str, Any]:
         config = dict(self._config)
         if config.get("uid") is not None:
-            config["uid"] += slot.index
-            config["gid"] += slot.index
+            if slot.lease is None:
+                slot.lease = uids.acquire(config["uid"], JOB_UID_COUNT)
+                if slot.lease is None:
+                    raise WorkerError(f"every job uid in [{config['uid']}, {config['uid'] + JOB_UID_COUNT}) is in use by a live worker")
+            offset = slot.lease.uid - config["uid"]
+            config["uid"] += offset
+            config["gid"] += offset
         return config
+
+    def _oom_killed(self, slot: _Slot) -> bool:
+        try:
+            return slot.cgroup is not None and slot.cgroup.oom_kills() > slot.oom_kills
+        except OSError:
+            return False
 
     def _discard(self, slot: _Slot, graceful: bool = False) -> None:
         if slot.worker is not None:
             (slot.worker.close if graceful else slot.worker.kill)()
+            if getattr(self.launcher, "shares_host_fs", False):
+                # A killed worker could not remove its directory (nor the job's
+                # work dir in it); on the host's own filesystem, the host does.
+                _remove_worker_dir(slot.worker.tmp_root)
             slot.worker = None
+        if slot.cgroup is not None:
+            slot.cgroup.remove()  # also kills what the job may have left running
+            slot.cgroup = None
 
     def close(self) -> None:
         """Stops every worker; waits for running jobs to finish first."""
@@ -343,6 +502,18 @@ class SandboxPool:
         for _ in self._all:
             slot = self._slots.get()
             self._discard(slot, graceful=True)
+            if slot.lease is not None:
+                slot.lease.release()
+                slot.lease = None
+
+
+def _remove_worker_dir(path: str | None) -> None:
+    if path and os.path.basename(path).startswith("rlpt-sandbox-") and os.path.isdir(path) and not os.path.islink(path):
+        wire._force_rmtree(path)
+
+
+def _memory_detail(memory_bytes: int, mechanism: str) -> str:
+    return f"memory limit of {memory_bytes / (1 << 20):g} MiB exceeded (enforced by {mechanism})"
 
 
 def _to_result(response: dict[str, Any], nonce: str) -> JobResult:
@@ -358,9 +529,12 @@ def _to_result(response: dict[str, Any], nonce: str) -> JobResult:
         output=response["output"],
         output_bytes=response["output_bytes"],
         files=response.get("files"),
+        files_truncated=bool(response.get("files_truncated")),
         wall_s=response["wall_s"],
         cpu_s=response["cpu_s"],
     )
+    if response.get("memory_exceeded"):
+        return JobResult(Status.MEMORY, detail=response["memory_exceeded"], **common)
     if response["timed_out"]:
         return JobResult(Status.TIMEOUT, detail="time limit exceeded", **common)
     if response["result_problem"] is not None:

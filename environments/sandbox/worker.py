@@ -11,11 +11,17 @@ stdin/stdout/stderr, closes every other descriptor, applies rlimits, drops to
 an unprivileged uid when running as root (RLIMIT_NPROC does not bind root),
 clears the environment, and then either runs a Python harness or execs
 /bin/sh. The worker enforces the wall-clock deadline by SIGKILLing the child's
-process group, drains output without buffering more than a bounded prefix,
-and reports what happened. It never trusts the child's exit status: a Python
+process group, and the job's whole-job memory cap by watching its cgroup's
+OOM counter or polling its memory use (_MemoryMeter), drains output without
+buffering more than a bounded prefix, and reports what happened. After the
+job it reaps leftover processes and removes the System V IPC objects and
+scratch files the job left outside its work directory (_clean_leftovers). It never trusts the child's exit status: a Python
 job counts only if the child wrote exactly one result frame carrying the
 job's nonce, and the host grades the returned values against expected values
-the child never sees.
+the child never sees. Afterwards it removes the work directory iteratively and
+fd-relative (no depth or path length breaks it); should that fail, the answer
+asks the host to retire this worker. What leaves the worker is bounded
+(output, result, workspace snapshot: see the MAX_* constants) and valid text.
 
 Protocol on stdin/stdout: frames of a 4-byte big-endian length followed by
 UTF-8 JSON. One request frame, one response frame, strictly alternating.
@@ -23,11 +29,11 @@ UTF-8 JSON. One request frame, one response frame, strictly alternating.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
 import select
-import shutil
 import signal
 import stat
 import struct
@@ -39,8 +45,17 @@ import traceback
 _HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 64 << 20
 MAX_RESULT_BYTES = 4 << 20
+# Output kept per job, whatever output_limit a job asks for.
+MAX_OUTPUT_BYTES = 1 << 20
+# Workspace snapshot bounds (see _snapshot): entries listed, directory depth
+# descended, path length, contents returned per file and in all. With names,
+# link targets and contents escaped (at most 6 JSON bytes per byte), a response
+# stays far below MAX_FRAME_BYTES.
 MAX_SNAPSHOT_FILES = 256
+MAX_SNAPSHOT_DEPTH = 32
+MAX_SNAPSHOT_PATH_CHARS = 1024
 MAX_SNAPSHOT_FILE_BYTES = 64 << 10
+MAX_SNAPSHOT_BYTES = 1 << 20
 _RESULT_FD = 3
 _SETUP_FD = 4
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -109,14 +124,29 @@ def _encode_value(v: object, depth: int = 0) -> object:
     if t in (list, tuple) and depth < 4 and len(v) <= 1024:
         return [_encode_value(x, depth + 1) for x in v]
     try:
-        return {"opaque": repr(v)[:200]}
+        return {"opaque": valid_text(repr(v)[:200])}
     except BaseException:
         return {"opaque": f"<unrepresentable {t.__name__}>"}
 
 
+def valid_text(text: str) -> str:
+    """`text` as strict-UTF-8-encodable text: lone surrogates (from an exception
+    message, a non-UTF-8 file name) become their backslash escape."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _fs_text(name: str) -> str:
+    """A file name or link target as valid text (non-UTF-8 bytes escaped as in file data)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def _last_line(exc: BaseException) -> str:
     try:
-        return traceback.format_exception_only(type(exc), exc)[-1].strip()[:500]
+        return valid_text(traceback.format_exception_only(type(exc), exc)[-1].strip()[:500])
     except BaseException:
         return type(exc).__name__
 
@@ -158,9 +188,23 @@ def _apply_limits(limits: dict, timeout_s: float) -> None:
         (resource.RLIMIT_NOFILE, (limits["open_files"],) * 2),
         (resource.RLIMIT_NPROC, (limits["processes"],) * 2),
         (resource.RLIMIT_CORE, (0, 0)),
+        (resource.RLIMIT_MSGQUEUE, (0, 0)),  # no POSIX message queues: they would outlive the job
     ]
     for which, value in pairs:
         resource.setrlimit(which, value)
+
+
+def _oom_victim_first() -> None:
+    """Makes this job (and what it forks) the OOM killer's first choice, in the
+    worker's memory cgroup and on the host alike: never the worker or the host."""
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int, setup_w: int) -> None:
@@ -172,6 +216,11 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int, setup_w: 
     """
     try:
         os.setsid()
+        # Dies with the worker (the worker's own handler kills the job when the
+        # host dies; this covers a worker that is itself SIGKILLed).
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != cfg["worker_pid"]:
+            raise RuntimeError("the worker exited before the job started")
         # SIGXFSZ stays ignored (as Python sets it) so oversized writes fail with
         # EFBIG instead of killing the job without a result.
         for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
@@ -185,6 +234,7 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int, setup_w: 
         setup_w = _SETUP_FD
         os.closerange(_SETUP_FD + 1, 1 << 16)
         os.chdir(workdir)
+        _oom_victim_first()
         _apply_limits(job["limits"], job["timeout_s"])
         if os.getuid() == 0 and cfg.get("uid") is not None:
             os.setgroups([])
@@ -223,55 +273,236 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int, setup_w: 
 # ----------------------------------------------------------------------------- worker side
 
 
-def _force_rmtree(path: str) -> None:
-    def onerror(func, p, _exc):
-        # The job may have chmod-ed its own directories to 000.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    """fd of a directory to empty (never a symlink), made fully accessible.
+
+    The job may have chmod-ed its directories (000, 500, 600). That only
+    binds a worker without CAP_DAC_OVERRIDE, i.e. one sharing the job's uid,
+    so chmod (which follows a symlink) grants nothing the job lacks; the
+    O_NOFOLLOW open still refuses a symlink.
+    """
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        os.chmod(name, 0o700, dir_fd=dir_fd)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    if os.geteuid() != 0:
         try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
+            os.fchmod(fd, 0o700)
         except OSError:
             pass
+    return fd
 
-    shutil.rmtree(path, onerror=onerror)
+
+def _in_writable(fd: int, op, subdir: str | None = None) -> None:
+    """op(), retried once after making directory `fd` (and its entry `subdir`,
+    which a rename moves) writable again."""
+    try:
+        op()
+    except PermissionError:
+        os.fchmod(fd, 0o700)
+        if subdir is not None:
+            os.chmod(subdir, 0o700, dir_fd=fd)
+        op()
 
 
-def _snapshot(workdir: str) -> dict:
-    """Bounded description of the workspace after the job (regular files, dirs, links)."""
-    files: dict[str, dict] = {}
-    for root, dirs, names in os.walk(workdir):
-        dirs.sort()
-        for name in sorted(dirs) + sorted(names):
-            if len(files) >= MAX_SNAPSHOT_FILES:
-                return files
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, workdir)
+def _force_rmtree(path: str) -> bool:
+    """Removes `path` and everything below it; True when nothing is left.
+
+    Iterative and fd-relative, so neither depth (a chain of thousands of
+    directories) nor path length (far past PATH_MAX) can break it: every
+    directory found below the top level is first renamed into `path` itself,
+    so each operation names one entry of an open directory and at most two
+    directories are open. Symlinks are never followed. Errors do not raise;
+    they make the result False.
+    """
+    try:
+        top = _open_dir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    clean, serial = True, 0
+    try:
+        pending: list[str | None] = [None]  # directories to empty: None is `path`, else a name in it
+        while pending:
+            name = pending.pop()
             try:
-                st = os.lstat(path)
-            except OSError:
+                fd = top if name is None else _open_dir(name, dir_fd=top)
+            except FileNotFoundError:
                 continue
-            if stat.S_ISDIR(st.st_mode):
-                files[rel] = {"type": "dir"}
-            elif stat.S_ISLNK(st.st_mode):
-                files[rel] = {"type": "link", "target": os.readlink(path)}
-            elif stat.S_ISREG(st.st_mode):
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                clean = False
+                continue
+            try:
+                for entry in os.listdir(fd):
                     try:
-                        data = os.read(fd, MAX_SNAPSHOT_FILE_BYTES)
-                    finally:
-                        os.close(fd)
+                        if not stat.S_ISDIR(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                            _in_writable(fd, lambda: os.unlink(entry, dir_fd=fd))
+                        elif fd == top:
+                            pending.append(entry)
+                        else:
+                            while True:  # a fresh name in `path` (the job may have used some)
+                                serial += 1
+                                flat = f".rm-{serial}"
+                                try:
+                                    os.stat(flat, dir_fd=top, follow_symlinks=False)
+                                except FileNotFoundError:
+                                    break
+                            _in_writable(fd, lambda: os.rename(entry, flat, src_dir_fd=fd, dst_dir_fd=top), subdir=entry)
+                            pending.append(flat)
+                    except FileNotFoundError:
+                        pass
+                    except OSError:
+                        clean = False
+            except OSError:
+                clean = False
+            finally:
+                if fd != top:
+                    os.close(fd)
+            if name is not None:
+                try:
+                    _in_writable(top, lambda: os.rmdir(name, dir_fd=top))
+                except FileNotFoundError:
+                    pass
                 except OSError:
-                    continue
-                files[rel] = {
-                    "type": "file",
-                    "size": st.st_size,
-                    "data": data.decode("utf-8", "backslashreplace"),
-                    "mode": stat.S_IMODE(st.st_mode),
-                }
-            else:
-                files[rel] = {"type": "other"}
-    return files
+                    clean = False
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return clean
+
+
+def _open_subdir(top: int, parts: tuple[str, ...]) -> int:
+    """fd of the directory top/parts[0]/parts[1]/..., opened one name at a time
+    without following symlinks (for parts == (), a duplicate of top)."""
+    fd = os.dup(top)
+    for part in parts:
+        try:
+            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = sub
+    return fd
+
+
+def _read_file(dir_fd: int, name: str) -> tuple[bytes, int, str] | None:
+    """(first MAX_SNAPSHOT_FILE_BYTES bytes, full size, sha256 of the full
+    contents) of a regular file, or None when it cannot be read as one."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        digest, head, size = hashlib.sha256(), b"", 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return head, size, digest.hexdigest()
+            if len(head) < MAX_SNAPSHOT_FILE_BYTES:
+                head += chunk[: MAX_SNAPSHOT_FILE_BYTES - len(head)]
+            digest.update(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _snapshot(workdir: str) -> tuple[dict, bool]:
+    """Bounded description of the workspace after the job, and whether it is complete.
+
+    Entries (regular files, directories, symlinks, which are never followed,
+    and "other") are listed top-down, each directory's entries sorted and
+    listed before its subdirectories are entered, up to MAX_SNAPSHOT_FILES
+    entries, MAX_SNAPSHOT_DEPTH levels and MAX_SNAPSHOT_PATH_CHARS per path;
+    anything left out makes the listing incomplete. Directories are opened one
+    name at a time (fd-relative), so depth and path length cannot break it.
+
+    Every regular file carries its full "size" and the "sha256" of its full
+    contents (None, with empty data, if it could not be read). Its "data" is
+    the start of its contents (non-UTF-8 bytes backslash-escaped): at most
+    MAX_SNAPSHOT_FILE_BYTES per file and MAX_SNAPSHOT_BYTES in all, given to
+    the smallest files first; "truncated" is True when data is not the whole
+    file. Names and link targets are valid text (bad bytes escaped likewise).
+    """
+    files: dict[str, dict] = {}
+    contents: list[tuple[int, str, bytes]] = []  # (size, key, head) of every readable file
+    complete = True
+    try:
+        top = os.open(workdir, _DIR_FLAGS)
+    except OSError:
+        return files, False
+    try:
+        stack: list[tuple[str, ...]] = [()]
+        while stack:
+            parts = stack.pop()
+            try:
+                fd = _open_subdir(top, parts)
+            except OSError:
+                complete = False
+                continue
+            try:
+                names = []
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        if len(names) + len(files) >= MAX_SNAPSHOT_FILES:
+                            complete = False
+                            break
+                        names.append(entry.name)
+                subdirs = []
+                for name in sorted(names):
+                    key = "/".join(_fs_text(p) for p in parts + (name,))
+                    if len(key) > MAX_SNAPSHOT_PATH_CHARS:
+                        complete = False
+                        continue
+                    try:
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    except OSError:
+                        continue  # vanished
+                    if stat.S_ISDIR(st.st_mode):
+                        files[key] = {"type": "dir"}
+                        if len(parts) + 1 < MAX_SNAPSHOT_DEPTH:
+                            subdirs.append(parts + (name,))
+                        else:
+                            complete = False
+                    elif stat.S_ISLNK(st.st_mode):
+                        try:
+                            target = _fs_text(os.readlink(name, dir_fd=fd))
+                        except OSError:
+                            target = ""
+                        files[key] = {"type": "link", "target": target}
+                    elif stat.S_ISREG(st.st_mode):
+                        read = _read_file(fd, name)
+                        info = {"type": "file", "size": st.st_size, "mode": stat.S_IMODE(st.st_mode), "sha256": None, "data": "", "truncated": True}
+                        if read is not None:
+                            head, info["size"], info["sha256"] = read
+                            contents.append((info["size"], key, head))
+                        files[key] = info
+                    else:
+                        files[key] = {"type": "other"}
+                stack.extend(reversed(subdirs))
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
+    budget = MAX_SNAPSHOT_BYTES
+    for size, key, head in sorted(contents, key=lambda c: (c[0], c[1])):
+        data = head[:budget]
+        budget -= len(data)
+        files[key]["data"] = data.decode("utf-8", "backslashreplace")
+        files[key]["truncated"] = len(data) < size
+    return files, complete
 
 
 def _write_files(workdir: str, files: dict, uid: int | None, gid: int | None) -> None:
@@ -320,6 +551,10 @@ def _reap(cfg: dict, job_uid: int | None) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.001)
+        # The killed are the worker's (its adopted orphans): collect them, or
+        # their zombies stay listed here and count against the uid's
+        # RLIMIT_NPROC in the next job.
+        _reap_children()
 
 
 def _reap_children() -> None:
@@ -334,6 +569,361 @@ def _reap_children() -> None:
             return
 
 
+# ----------------------------------------------------------------------------- leftovers and memory
+#
+# Nothing a job creates may reach the next job. Besides its processes (reaped
+# above) and its work directory, a job can leave System V IPC objects (shared
+# memory segments keep their memory until removed) and files in directories
+# outside its work directory it can write to (host /tmp, /dev/shm, ... for a
+# plain worker; the sandbox's own tmpfs directories when the job shares the
+# worker's uid). POSIX message queues are refused outright (RLIMIT_MSGQUEUE 0).
+# After every job the worker removes what belongs to the job:
+#
+#   cfg["ipc"]: "all"  every object of this IPC namespace (bwrap: the worker's
+#                      private namespace holds only jobs' objects);
+#               "uid"  objects the job uid created or owns (plain worker as root);
+#               "new"  objects of the worker's uid created during the job (plain
+#                      worker as an ordinary user, whose jobs share its uid).
+#   cfg["scratch"]: "host"     the host's shared scratch directories (and their
+#                              world-writable subdirectories): entries of the job uid;
+#                   "sandbox"  every directory of the sandbox the job can write:
+#                              entries of the job uid, or (job uid == worker uid)
+#                              entries that were not there when the worker started;
+#                   otherwise  nothing (a plain worker without a uid drop).
+
+_SHARED_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/lock", "/var/lock", "/dev/mqueue")
+_MEMORY_POLL_S = {"cgroup": 0.01, "poll": 0.02}
+_IPC_LIBC = None
+
+
+def _ipc_libc():
+    global _IPC_LIBC
+    if _IPC_LIBC is None:
+        import ctypes
+
+        _IPC_LIBC = ctypes.CDLL(None, use_errno=True)
+    return _IPC_LIBC
+
+
+def _sysv_counts_zero() -> bool:
+    """True when this IPC namespace holds no System V object at all (three
+    cheap *_INFO calls instead of reading /proc/sysvipc after every job)."""
+    try:
+        import ctypes
+
+        libc, buf = _ipc_libc(), ctypes.create_string_buffer(128)
+        if libc.shmctl(0, 14, buf) == -1 or struct.unpack_from("i", buf, 0)[0]:  # SHM_INFO: shm_info.used_ids
+            return False
+        if libc.semctl(0, 0, 19, buf) == -1 or struct.unpack_from("8i", buf, 0)[7]:  # SEM_INFO: seminfo.semusz
+            return False
+        return libc.msgctl(0, 12, buf) != -1 and struct.unpack_from("i", buf, 0)[0] == 0  # MSG_INFO: msginfo.msgpool
+    except (OSError, AttributeError):
+        return False
+
+
+def _sysv_objects() -> list[tuple[str, int, int, int, int]]:
+    """(kind, id, uid, cuid, bytes held) of every System V IPC object of this IPC namespace."""
+    out = []
+    if _sysv_counts_zero():
+        return out
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}", "rb") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        if len(lines) < 2:  # header only: the common case
+            continue
+        head = lines[0].split()
+        i_uid, i_cuid = head.index(b"uid"), head.index(b"cuid")
+        i_bytes = [head.index(c) for c in (b"rss", b"swap", b"cbytes") if c in head]
+        for line in lines[1:]:
+            f = line.split()
+            if len(f) == len(head):
+                out.append((kind, int(f[1]), int(f[i_uid]), int(f[i_cuid]), sum(int(f[i]) for i in i_bytes)))
+    return out
+
+
+def _job_ipc(cfg: dict, job_uid: int | None, before: set | None) -> list[tuple[str, int, int, int, int]]:
+    mode = cfg.get("ipc")
+    objects = _sysv_objects() if mode in ("all", "uid", "new") else []
+    if mode == "uid":
+        return [o for o in objects if job_uid is not None and job_uid in (o[2], o[3])]
+    if mode == "new":
+        me = os.getuid()
+        return [o for o in objects if before is not None and o[3] == me and o[:2] not in before]
+    return objects
+
+
+def _remove_ipc(kind: str, ident: int, cuid: int) -> None:
+    try:
+        _remove_ipc_as(kind, ident, cuid)
+    except OSError:
+        pass  # checked by the caller
+
+
+def _remove_ipc_as(kind: str, ident: int, cuid: int) -> None:
+    libc = _ipc_libc()
+    if kind == "shm":
+        remove = lambda: libc.shmctl(ident, 0, None)  # noqa: E731  IPC_RMID
+    elif kind == "sem":
+        remove = lambda: libc.semctl(ident, 0, 0)  # noqa: E731
+    else:
+        remove = lambda: libc.msgctl(ident, 0, None)  # noqa: E731
+    if remove() == 0 or os.geteuid() != 0 or cuid == 0:
+        return
+    # A bwrap worker lacks CAP_SYS_ADMIN: only the creator (or owner) may remove it.
+    os.seteuid(cuid)
+    try:
+        remove()
+    finally:
+        os.seteuid(0)
+
+
+def _job_writable(path: str, st: os.stat_result, job_uid: int | None, job_gid: int | None) -> bool:
+    m = st.st_mode
+    if job_uid is None:  # the job runs as the worker's own uid
+        writable = os.access(path, os.W_OK)
+    else:
+        writable = bool(m & 0o002 or (st.st_uid == job_uid and m & 0o200) or (st.st_gid == job_gid and m & 0o020))
+    try:
+        return writable and not os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
+
+
+def _scratch_targets(cfg: dict, job_uid: int | None, job_gid: int | None) -> list[list]:
+    """[path, names there at worker start (None: judge entries by owner), mtime seen, when seen]
+    for every directory outside the work dirs where a job could leave entries."""
+    mode, found = cfg.get("scratch"), []
+
+    def visit(path: str, depth: int) -> None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        if not stat.S_ISDIR(st.st_mode) or any(t[0] == path for t in found):
+            return
+        if _job_writable(path, st, job_uid, job_gid):
+            found.append([path, None, None, 0])
+        if depth <= 0 or path in ("/proc", "/sys"):
+            return
+        try:
+            if os.statvfs(path).f_flag & os.ST_RDONLY:
+                return  # a read-only mount (bwrap's --ro-bind): nothing below is writable
+            names = sorted(os.listdir(path))
+        except OSError:
+            return
+        for name in names:
+            visit(os.path.join(path, name), depth - 1)
+
+    if mode == "host" and job_uid is not None:
+        for path in _SHARED_SCRATCH:  # and their subdirectories
+            visit(os.path.realpath(path), 1)
+    elif mode == "sandbox":
+        visit("/", 3)
+    if job_uid is None:
+        for target in found:
+            target[1] = set(os.listdir(target[0]))
+    return found
+
+
+def _remove_entry(path: str) -> None:
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            _force_rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _clean_scratch(cfg: dict, job_uid: int | None, keep: str | None = None, force: bool = False) -> None:
+    for target in cfg.get("_scratch", ()):
+        path, baseline = target[0], target[1]
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        now = time.time_ns()
+        # An untouched directory needs no listing: same mtime as when last
+        # listed, and that mtime was already old then (timestamps are coarse).
+        # Only for directories the job does not own (an owner can reset mtime).
+        if not force and st.st_uid != job_uid and baseline is None and st.st_mtime_ns == target[2] and target[3] - target[2] > 50_000_000:
+            continue
+        target[2], target[3] = st.st_mtime_ns, now
+        try:
+            names = os.listdir(path)
+        except OSError:
+            continue
+        for name in names:
+            entry = os.path.join(path, name)
+            if entry == keep or (baseline is not None and name in baseline):
+                continue
+            if baseline is None:
+                try:
+                    if os.lstat(entry).st_uid != job_uid:
+                        continue
+                except OSError:
+                    continue
+            _remove_entry(entry)
+
+
+def _oom_kills(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            for line in f.read().splitlines():
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class _MemoryMeter:
+    """Whether the running job is over its whole-job cap (limits["memory_bytes"]).
+
+    cgroup mode (cfg["memory"]["mode"] == "cgroup"): the kernel caps the
+    worker's cgroup, whose OOM-kill counter the worker can read; a rise means
+    the job hit the cap. Poll mode: the job's resident anonymous memory (all
+    its processes) plus the System V memory it holds, summed every 20 ms.
+    """
+
+    def __init__(self, job: dict, cfg: dict, pid: int, job_uid: int | None, ipc_before: set | None) -> None:
+        memory = cfg.get("memory") or {}
+        self.cgroup = memory.get("mode") == "cgroup"
+        self._events = os.path.join(memory["dir"], memory["events"]) if self.cgroup else None
+        self.limit = int(job["limits"].get("memory_bytes") or 0)
+        self.detail = f"memory limit of {self.limit / (1 << 20):g} MiB exceeded (enforced by {memory.get('mechanism', 'polling')})"
+        self._cfg, self._pid, self._uid, self._ipc_before = cfg, pid, job_uid, ipc_before
+        self._forks = job["limits"]["processes"] > 0
+        self._interval = _MEMORY_POLL_S["cgroup" if self.cgroup else "poll"]
+        self.due = time.monotonic() + self._interval
+        self.exceeded = False
+
+    def check(self) -> bool:
+        """True once the job is over the cap (checked at most every interval)."""
+        now = time.monotonic()
+        if not self.exceeded and now >= self.due:
+            self.due = now + self._interval
+            if self.cgroup:
+                self.exceeded = _oom_kills(self._events) > self._cfg.get("_oom_kills", 0)
+            elif self.limit > 0:
+                held = sum(o[4] for o in _job_ipc(self._cfg, self._uid, self._ipc_before))
+                self.exceeded = held > self.limit or held + self._resident() > self.limit
+        return self.exceeded
+
+    def finish(self, job_ipc: list) -> int | None:
+        """Final verdict once the job's processes are gone; returns the cgroup's OOM-kill count."""
+        if not self.cgroup:
+            if self.limit > 0 and sum(o[4] for o in job_ipc) > self.limit:
+                self.exceeded = True
+            return None
+        kills = _oom_kills(self._events)
+        if kills > self._cfg.get("_oom_kills", 0):
+            self.exceeded = True
+        self._cfg["_oom_kills"] = kills
+        return kills
+
+    def _resident(self) -> int:
+        total = 0
+        for pid in self._processes():
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    fields = f.read().split()
+                total += (int(fields[1]) - int(fields[2])) * _PAGE  # resident - file/shmem backed
+            except (OSError, ValueError, IndexError):
+                pass
+        return total
+
+    def _processes(self) -> list[int]:
+        if not self._forks:
+            return [self._pid]
+        mode, me, out = self._cfg.get("reap"), os.getpid(), []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, me):
+                continue
+            try:
+                if mode == "uid" and self._uid is not None:
+                    if os.stat(f"/proc/{name}").st_uid != self._uid:
+                        continue
+                elif mode != "namespace":
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        if int(f.read().rsplit(b")", 1)[1].split()[3]) != self._pid:  # session id
+                            continue
+            except (OSError, ValueError, IndexError):
+                continue
+            out.append(int(name))
+        return out
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _reap_cgroup(cfg: dict) -> None:
+    """In cgroup mode, also SIGKILLs every other process of the worker's cgroup:
+    that catches what a scan of /proc by uid misses (a job process that made
+    itself non-dumpable shows as root there)."""
+    memory = cfg.get("memory") or {}
+    if memory.get("mode") != "cgroup":
+        return
+    me = os.getpid()
+    for _ in range(20):
+        try:
+            with open(os.path.join(memory["dir"], "cgroup.procs"), "rb") as f:
+                # Processes outside this PID namespace (bwrap's own) read as 0.
+                victims = [p for p in map(int, f.read().split()) if p not in (0, 1, me)]
+        except (OSError, ValueError):
+            return
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.001)
+        _reap_children()
+
+
+def _ipc_before(cfg: dict) -> set | None:
+    return {o[:2] for o in _sysv_objects()} if cfg.get("ipc") == "new" else None
+
+
+def _clean_leftovers(cfg: dict, job_uid: int | None, ipc_before: set | None, meter: _MemoryMeter | None, response: dict, keep: str | None) -> None:
+    """After a job: final memory verdict, then removes its IPC objects and scratch files."""
+    mine = _job_ipc(cfg, job_uid, ipc_before)
+    if meter is not None:
+        kills = meter.finish(mine)
+        if kills is not None:
+            response["oom_kills"] = kills
+        if meter.exceeded:
+            response["memory_exceeded"] = meter.detail
+    for kind, ident, _uid, cuid, _bytes in mine:
+        _remove_ipc(kind, ident, cuid)
+    if mine and _job_ipc(cfg, job_uid, ipc_before):
+        # Could not remove them all: with bwrap, retiring the worker ends its
+        # IPC namespace and with it every object left.
+        response["retire"] = True
+    _clean_scratch(cfg, job_uid, keep)
+
+
+def _prepare_cleaning(cfg: dict) -> None:
+    """At worker start: finds the scratch directories, and removes what a
+    previous holder of this job uid may have left (a crashed host's pool)."""
+    job_uid = cfg.get("uid") if os.getuid() == 0 else None
+    job_gid = cfg.get("gid") if job_uid is not None else None
+    cfg["_scratch"] = _scratch_targets(cfg, job_uid, job_gid)
+    memory = cfg.get("memory") or {}
+    if memory.get("mode") == "cgroup":
+        cfg["_oom_kills"] = _oom_kills(os.path.join(memory["dir"], memory["events"]))
+    if job_uid is not None:
+        _reap(cfg, job_uid)
+        for kind, ident, _uid, cuid, _bytes in _job_ipc(cfg, job_uid, None):
+            _remove_ipc(kind, ident, cuid)
+        _clean_scratch(cfg, job_uid, force=True)
+
+
 def run_job(job: dict, cfg: dict) -> dict:
     """Runs one job in a forked child and returns the response frame."""
     start = time.monotonic()
@@ -343,6 +933,7 @@ def run_job(job: dict, cfg: dict) -> dict:
         if uid is not None:
             os.chown(workdir, uid, cfg["gid"])
         _write_files(workdir, job.get("files") or {}, uid, cfg.get("gid"))
+        ipc_before = _ipc_before(cfg)
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
         setup_r, setup_w = os.pipe()
@@ -352,10 +943,12 @@ def run_job(job: dict, cfg: dict) -> dict:
             os.close(out_r)
             os.close(setup_r)
             _child(job, cfg, workdir, res_w, out_w, setup_w)
+        _RUNNING.update(pid=pid, uid=uid)
         os.close(res_w)
         os.close(out_w)
         os.close(setup_w)
-        response = _supervise(job, pid, res_r, out_r, start)
+        meter = _MemoryMeter(job, cfg, pid, uid, ipc_before)
+        response = _supervise(job, pid, res_r, out_r, start, meter)
         # The child is dead and was the only writer: this read cannot block.
         with os.fdopen(setup_r, "rb") as f:
             setup_error = f.read(4096)
@@ -364,16 +957,24 @@ def run_job(job: dict, cfg: dict) -> dict:
         _reap_children()
         if job["limits"]["processes"] > 0:
             _reap(cfg, uid)
+            _reap_cgroup(cfg)
+        _clean_leftovers(cfg, uid, ipc_before, meter, response, keep=workdir)
         if job.get("collect_files"):
-            response["files"] = _snapshot(workdir)
-        return response
+            response["files"], complete = _snapshot(workdir)
+            response["files_truncated"] = not complete
     finally:
-        _force_rmtree(workdir)
+        _RUNNING.clear()
+        removed = _force_rmtree(workdir)
+    if not removed:
+        # Whatever was left must not reach later jobs: the host retires this
+        # worker (and, with bwrap, its whole tmpfs) after this answer.
+        response["retire"] = True
+    return response
 
 
-def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float) -> dict:
+def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter: _MemoryMeter | None = None) -> dict:
     deadline = start + float(job["timeout_s"])
-    output_limit = int(job.get("output_limit", 4096))
+    output_limit = min(int(job.get("output_limit", 4096)), MAX_OUTPUT_BYTES)
     result, output, output_bytes, result_overflow = bytearray(), bytearray(), 0, False
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
@@ -391,7 +992,11 @@ def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float) -> dic
             # Once the child itself has exited, descendants holding the pipes
             # open get only a short grace period before the group is killed.
             wait_s = min(deadline - now, 0.05) if exited else deadline - now
+            if meter is not None and not exited:
+                wait_s = min(wait_s, max(meter.due - now, 0.0))
             events = poller.poll(wait_s * 1000.0)
+            if meter is not None and not exited and meter.check():
+                break  # over the job's memory cap: kill it now (reported by run_job)
             if not events and exited:
                 break
             for fd, _ in events:
@@ -465,17 +1070,53 @@ def _parse_result(data: bytes, overflow: bool, nonce: str) -> tuple[dict | None,
     return payload, None
 
 
-def _prctl_setup() -> None:
-    """Dies with the host even when it is SIGKILLed (PR_SET_PDEATHSIG), and
-    adopts orphaned job processes (PR_SET_CHILD_SUBREAPER) so it can reap them."""
-    try:
-        import ctypes
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_libc = None
+# The job being supervised, {"pid", "uid"}, for _host_died.
+_RUNNING: dict = {}
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+def _prctl(option: int, arg: int) -> None:
+    global _libc
+    try:
+        if _libc is None:
+            import ctypes
+
+            _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.prctl(option, arg)
     except (OSError, AttributeError):
         pass
+
+
+def _prctl_setup(cfg: dict) -> None:
+    """Dies with the host even when it is SIGKILLed, taking its job along, and
+    adopts orphaned job processes (PR_SET_CHILD_SUBREAPER) so it can reap them.
+
+    The host's death delivers SIGTERM (PR_SET_PDEATHSIG), whose handler
+    SIGKILLs the running job's process group and its leftovers (_reap) before
+    exiting; the job's own death signal alone would miss its descendants. The
+    death signal fires when the *thread* that forked this process exits, not
+    the host process; the host therefore forks every worker from one
+    long-lived thread (pool._Spawner), which ends only with the host process.
+    """
+
+    def host_died(_signum: int, _frame: object) -> None:
+        try:
+            pid = _RUNNING.get("pid")
+            if pid is not None:
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            _reap(cfg, _RUNNING.get("uid"))
+        finally:
+            os._exit(1)
+
+    signal.signal(signal.SIGTERM, host_died)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 # Imported before any job so that (a) jobs do not pay for them and (b) jobs,
@@ -486,7 +1127,8 @@ _PRELOAD = ("bisect", "collections", "fractions", "functools", "heapq", "itertoo
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    _prctl_setup()
+    cfg["worker_pid"] = os.getpid()
+    _prctl_setup(cfg)
     for module in _PRELOAD:
         __import__(module)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -499,8 +1141,9 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="rlpt-sandbox-", dir=cfg.get("tmp_dir"))
     os.chmod(root, 0o711)  # the unprivileged job uid must traverse, not list
     cfg["tmp_root"] = root
+    _prepare_cleaning(cfg)
     try:
-        _write_all(resp_fd, encode_frame({"ready": True, "pid": os.getpid(), "uid": os.getuid()}))
+        _write_all(resp_fd, encode_frame({"ready": True, "pid": os.getpid(), "uid": os.getuid(), "tmp_root": root}))
         while True:
             job = read_frame(req_fd)
             if job is None:
@@ -509,9 +1152,30 @@ def main() -> None:
                 response = run_job(job, cfg)
             except Exception as e:
                 response = {"nonce": job.get("nonce"), "worker_error": _last_line(e)}
-            _write_all(resp_fd, encode_frame(response))
+            _write_all(resp_fd, _bounded_frame(response))
+            if response.get("retire"):
+                return
     finally:
         _force_rmtree(root)
+
+
+def _bounded_frame(response: dict) -> bytes:
+    """The response frame. The bounds on output, result and snapshot keep every
+    response far below MAX_FRAME_BYTES; should one still exceed it, it loses
+    its bulky parts (flagged) rather than crashing the worker."""
+    try:
+        return encode_frame(response)
+    except ValueError:
+        pass
+    if "files" in response:
+        response["files"], response["files_truncated"] = {}, True
+    response["output"] = response.get("output", "")[:4096]
+    try:
+        return encode_frame(response)
+    except ValueError:
+        pass
+    response["result"], response["result_problem"] = None, "result exceeded the size limit"
+    return encode_frame(response)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ exactly when the probe says this machine cannot run bwrap.
 """
 
 import os
+import secrets
+import threading
 import time
 
 import gymnasium
@@ -18,6 +20,10 @@ from environments.sandbox import Limits, PythonJob, ShellJob, Status, bwrap
 BWRAP_OK, BWRAP_REASON = bwrap.probe()
 needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"bwrap unusable here: {BWRAP_REASON}")
 ROOT = os.geteuid() == 0
+# A job's setsid escapees are reaped by the job uid (root) or by the sandbox's
+# PID namespace (bwrap); a plain worker without a uid drop cannot tell them
+# from the user's own processes.
+needs_reaping = pytest.mark.skipif(not (ROOT or BWRAP_OK), reason="an unsandboxed same-uid worker cannot reap setsid escapees")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -32,6 +38,48 @@ def _host_processes_matching(marker: str) -> list[int]:
             except OSError:
                 pass
     return pids
+
+
+def _host_processes_named(name: str) -> list[int]:
+    """Host pids whose argv[0] is `name` (a binary of that name, run by path)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv0 = f.read().split(b"\0", 1)[0]
+            except OSError:
+                continue
+            if os.path.basename(argv0) == name.encode():
+                pids.append(int(entry))
+    return pids
+
+
+def _run_watching(job: ShellJob, name: str) -> tuple[sandbox.JobResult, set[int]]:
+    """Runs `job` while watching the host's /proc (which lists the sandbox's
+    processes too) for processes named `name`; returns the result and the host
+    pids seen while the job ran: proof that the adversary really started."""
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.update(_host_processes_named(name))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        return sandbox.run(job), seen
+    finally:
+        done.set()
+        watcher.join()
+
+
+def _marker() -> str:
+    # A copy of /bin/sleep under this name marks the adversary's processes
+    # (`exec -a NAME` would be simpler, but dash, the usual /bin/sh, lacks it).
+    return f"rlpt_escapee_{secrets.token_hex(6)}"
 
 
 def _assert_pool_healthy():
@@ -80,20 +128,32 @@ def test_python_fork_bomb_cannot_fork():
     assert result.status is Status.OK and result.result["error_type"] == "BlockingIOError"
 
 
+@needs_reaping
 def test_shell_fork_bomb_is_contained_and_reaped():
-    marker = "forkbomb4711"
-    script = f"f() {{ (exec -a {marker} sleep 30) & f & }}; f"
-    result = sandbox.run(ShellJob(script=script, timeout_s=1.0, limits=Limits(processes=32)))
+    marker = _marker()
+    # Each bomb shell leaves a sleeper in the job's process group and one in a
+    # session of its own (out of reach of the process-group kill). The job's
+    # own shell only waits (no fork of its own can fail), so the bomb runs for
+    # about a second.
+    bomb = f"f() {{ ./{marker} 30 & setsid ./{marker} 30 & f & }}"
+    script = f"cp /bin/sleep ./{marker} || exit 1; {bomb}; sleep 1 & f & wait"
+    result, seen = _run_watching(ShellJob(script=script, timeout_s=3.0, limits=Limits(processes=32)), marker)
     assert result.status in (Status.OK, Status.TIMEOUT)
+    assert seen, f"the bomb never started a sleeper: {result.output[:300]!r}"
+    assert "fork" in result.output.lower(), "the bomb never hit the process limit"  # dash: "Cannot fork"
     time.sleep(0.1)
     assert _host_processes_matching(marker) == []
 
 
+@needs_reaping
 def test_setsid_double_fork_escapee_is_reaped():
-    marker = "escapee0815"
-    script = f"setsid sh -c '(exec -a {marker} sleep 300) &' ; (exec -a {marker} sleep 300) & echo started"
-    result = sandbox.run(ShellJob(script=script, timeout_s=1.0, limits=Limits(processes=16)))
-    assert result.status is Status.OK and "started" in result.output
+    marker = _marker()
+    # One sleeper escapes into a new session (orphaned by its exiting parent),
+    # one stays in the job's process group; the job lingers so both are seen.
+    script = f"cp /bin/sleep ./{marker} || exit 1; setsid sh -c './{marker} 300 &'; ./{marker} 300 & echo started; sleep 1"
+    result, seen = _run_watching(ShellJob(script=script, timeout_s=5.0, limits=Limits(processes=16)), marker)
+    assert result.status is Status.OK and "started" in result.output, result.output
+    assert len(seen) >= 2, f"expected both sleepers running during the job, saw {seen}"
     time.sleep(0.1)
     assert _host_processes_matching(marker) == []
 
@@ -103,8 +163,9 @@ def test_file_bomb_is_bounded():
     assert big.result["phase"] == "load" and "File too large" in big.result["error"]
     # Many files, each under the size limit: bounded by the timeout (and, in
     # bwrap, by the sandbox's size-limited tmpfs); the next job starts clean.
-    many = _python("i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (1 << 19)); i += 1", timeout_s=1.0)
+    many = _python("i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (1 << 19)); print(i, flush=True); i += 1", timeout_s=1.0)
     assert many.status in (Status.TIMEOUT, Status.OK)
+    assert many.output.startswith("0\n1\n2\n"), many.output[:100]  # it did write files
     clean = sandbox.run(ShellJob(script="ls | wc -l"))
     assert clean.output.strip() == "0"
 
@@ -141,13 +202,16 @@ def test_cannot_kill_the_worker():
 
 
 def test_sys_exit_and_os_exit_earn_nothing():
-    assert _code_verdict("__import__('sys').exit(0)")[:2] == (0.0, "ERROR")
-    assert _code_verdict("__import__('os')._exit(0)")[:2] == (0.0, "ERROR")
+    reward, verdict, feedback = _code_verdict("__import__('sys').exit(0)")
+    assert (reward, verdict) == (0.0, "ERROR") and "SystemExit" in feedback, feedback
+    reward, verdict, feedback = _code_verdict("__import__('os')._exit(0)")
+    assert (reward, verdict) == (0.0, "ERROR") and "exit code 0" in feedback, feedback
 
 
 def test_printing_pass_earns_nothing():
-    reward, verdict, _ = _code_verdict("print('PASS') or print('OK', flush=True)")
+    reward, verdict, feedback = _code_verdict("print('PASS') or print('OK', flush=True)")
     assert (reward, verdict) == (0.0, "FAIL")
+    assert "got None" in feedback, feedback  # the prints ran (print returns None)
 
 
 @pytest.mark.parametrize(
@@ -165,13 +229,15 @@ def test_test_tampering_earns_nothing(tamper):
     from environments.grading import grade_calls
 
     calls = ((1,), (2,))
-    job = PythonJob(source=tamper + "\ndef f(x):\n    return -1\n", entry="f", calls=calls)
-    grade = grade_calls(sandbox.run(job), calls, [3, 5], entry="f", timeout_s=job.timeout_s)
+    job = PythonJob(source=tamper + "\nprint('tampered', flush=True)\ndef f(x):\n    return -1\n", entry="f", calls=calls)
+    result = sandbox.run(job)
+    assert "tampered" in result.output, result  # the tampering ran to completion
+    grade = grade_calls(result, calls, [3, 5], entry="f", timeout_s=job.timeout_s)
     assert grade.reward == 0.0 and grade.verdict.value in ("FAIL", "ERROR"), grade
 
 
 def test_job_state_never_leaks_into_the_next_job():
-    _python("import builtins\nbuiltins.len = lambda x: 0")
+    assert _python("import builtins\nbuiltins.len = lambda x: 0\nprint(len('abc'))").output == "0\n"
     assert _python("def f(): return len('abc')", entry="f", calls=((),)).result["results"] == [{"ok": 3}]
 
 
