@@ -1,0 +1,125 @@
+"""The main job over several seeds: per-domain mean and spread, and a bit-identity check.
+
+    python benchmarks/main_job_seeds.py                      # seeds 0,1,2 (sequentially)
+    python benchmarks/main_job_seeds.py --parallel=3 --one_core_replica
+    python benchmarks/main_job_seeds.py --reuse              # only aggregate finished runs
+
+Runs `launch.train --config=experiments/grpo_default.py --config.seed=S` for
+each seed into ROOT/seed<S> (the cached base is shared: its pre-training has
+its own seed), then prints, per domain, held-out success of the base and after
+the last step (sampled pass@1 and greedy) as the mean over seeds with
+[min-max], and the median step time of each run. The seed also draws the
+held-out tasks, so the spread includes which 64 tasks per domain were drawn.
+
+--one_core_replica runs seed 0 a second time restricted to one core (taskset)
+and checks that every metric that is not a timing equals the two-core run's
+bit for bit: launch.train pins XLA's CPU thread pool (--cpu_threads=2), which
+is what makes the core count irrelevant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NON_DETERMINISTIC = ("time/", "throughput/", "accelerator/", "env_latency", "env/queue_depth",
+                     "checkpoint/")  # timings and the checkpoint writer's seconds
+
+
+def _rows(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _evals(rows: list[dict]) -> tuple[dict, dict]:
+  evals = [r for r in rows if r["kind"] == "eval"]
+  return evals[0], evals[-1]
+
+
+def _step_time(rows: list[dict]) -> float:
+  return statistics.median(r["time/step"] for r in rows if r["kind"] == "train" and "time/step" in r)
+
+
+def _deterministic(rows: list[dict]) -> list[dict]:
+  return [{k: v for k, v in r.items() if not k.startswith(NON_DETERMINISTIC)} for r in rows]
+
+
+def _fmt(values: list[float]) -> str:
+  mean = sum(values) / len(values)
+  return f"{mean:.3f} [{min(values):.3f}-{max(values):.3f}]" if len(values) > 1 else f"{mean:.3f}"
+
+
+def table(workdirs: dict[int, str]) -> str:
+  per = {s: _evals(_rows(w)) for s, w in workdirs.items()}
+  first = next(iter(per.values()))[0]
+  domains = [k.split("/", 1)[1] for k in first if k.startswith("sampled_success/")]
+  lines = [f"seeds {sorted(workdirs)}: mean [min-max]", "",
+           "| domain | sampled: base | final | change | greedy: base | final | change |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+  for d in domains:
+    cells = []
+    for kind in ("sampled_success", "success"):
+      base = [per[s][0][f"{kind}/{d}"] for s in per]
+      final = [per[s][1][f"{kind}/{d}"] for s in per]
+      cells += [_fmt(base), _fmt(final), _fmt([f - b for b, f in zip(base, final)])]
+    name = d.split("/")[-1]
+    lines.append(f"| {'**mean**' if d == 'mean' else name} | " + " | ".join(cells) + " |")
+  times = {s: _step_time(_rows(w)) for s, w in workdirs.items()}
+  lines += ["", "median step time (s): " + ", ".join(f"seed {s} {t:.2f}" for s, t in times.items())]
+  return "\n".join(lines)
+
+
+def _command(seed: int, workdir: str, one_core: bool) -> list[str]:
+  cmd = [sys.executable, "-m", "launch.train", "--config=experiments/grpo_default.py",
+         f"--workdir={workdir}", f"--config.seed={seed}", "--config.progress=false"]
+  if one_core:
+    cmd = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] + cmd
+  return cmd
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--seeds", default="0,1,2")
+  p.add_argument("--root", default="runs/main_job_seeds")
+  p.add_argument("--parallel", type=int, default=1, help="runs at once (timings then share cores)")
+  p.add_argument("--one_core_replica", action="store_true")
+  p.add_argument("--reuse", action="store_true", help="aggregate existing runs, start none")
+  a = p.parse_args()
+  seeds = [int(s) for s in a.seeds.split(",")]
+  workdirs = {s: os.path.join(a.root, f"seed{s}") for s in seeds}
+  jobs = [(_command(s, w, False), w) for s, w in workdirs.items()]
+  replica = os.path.join(a.root, "seed0-one-core")
+  if a.one_core_replica:
+    jobs.append((_command(0, replica, True), replica))
+  if not a.reuse:
+    running: list[subprocess.Popen] = []
+    for cmd, workdir in jobs:
+      os.makedirs(workdir, exist_ok=True)
+      log = open(os.path.join(workdir, "stdout.log"), "w")
+      running.append(subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+      while len([r for r in running if r.poll() is None]) >= a.parallel:
+        running[[r.poll() for r in running].index(None)].wait()
+    for r in running:
+      if r.wait():
+        sys.exit(f"{' '.join(r.args)} failed (exit {r.returncode}); see its stdout.log")
+  print(table(workdirs))
+  if a.one_core_replica:
+    two = _deterministic(_rows(os.path.join(a.root, "seed0")))
+    one = _deterministic(_rows(replica))
+    same = two == one
+    diff = next((f"step {x['step']} {x['kind']}: {k}" for x, y in zip(two, one)
+                 for k in x if x[k] != y.get(k)), "row count") if not same else ""
+    n = sum(len(r) - 2 for r in two)
+    print(f"\nseed 0 on one core vs two: {'bit-identical' if same else 'DIFFERENT at ' + diff} "
+          f"({len(two)} rows, {n} values that are not timings)")
+    if not same:
+      sys.exit(1)
+
+
+if __name__ == "__main__":
+  main()
