@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import fcntl
 import os
-import signal
 import stat
 import threading
+
+from environments.sandbox import worker as wire
 
 # Where the lock files live: the first of these that is (or can be made) a
 # directory owned by this euid and writable by nobody else. /run is not swept
@@ -90,22 +91,7 @@ def acquire(first: int, count: int) -> UidLease | None:
 
 def kill_processes_of(uid: int) -> None:
     """SIGKILLs every process on the host whose /proc entry belongs to `uid`."""
-    for _ in range(20):  # leftovers may fork while being scanned
-        victims = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    if os.stat(f"/proc/{name}").st_uid == uid:
-                        victims.append(int(name))
-                except OSError:
-                    pass
-        if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    wire.kill_until_gone(lambda: wire.processes_of(uid), collect=False)
 
 
 def _forget_in_child() -> None:

@@ -531,30 +531,47 @@ def _reap(cfg: dict, job_uid: int | None) -> None:
     if mode not in ("uid", "namespace") or (mode == "uid" and job_uid is None):
         return
     me = os.getpid()
-    for _ in range(20):  # leftovers may fork while being scanned
-        victims = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) in (1, me):
-                continue
-            if mode == "uid":
-                try:
-                    if os.stat(f"/proc/{name}").st_uid != job_uid:
-                        continue
-                except OSError:
+    if mode == "uid":
+        kill_until_gone(lambda: processes_of(job_uid, exclude=(1, me)), collect=True)
+    else:
+        kill_until_gone(lambda: processes_of(None, exclude=(1, me)), collect=True)
+
+
+def processes_of(uid: int | None, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Pids in /proc owned by `uid` (every pid when None), less `exclude`."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in exclude:
+            continue
+        if uid is not None:
+            try:
+                if os.stat(f"/proc/{name}").st_uid != uid:
                     continue
-            victims.append(int(name))
-        if not victims:
+            except OSError:
+                continue
+        pids.append(int(name))
+    return pids
+
+
+def kill_until_gone(victims, collect: bool) -> None:
+    """SIGKILLs every pid `victims()` lists until it lists none (leftovers may
+    fork while being scanned; 20 rounds at most). collect: also wait for this
+    process's exited children (in the worker the killed are its adopted
+    orphans, whose zombies would otherwise stay listed and count against the
+    uid's RLIMIT_NPROC in the next job; never on the host, whose other
+    children are not ours to collect)."""
+    for _ in range(20):
+        pids = victims()
+        if not pids:
             return
-        for pid in victims:
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.001)
-        # The killed are the worker's (its adopted orphans): collect them, or
-        # their zombies stay listed here and count against the uid's
-        # RLIMIT_NPROC in the next job.
-        _reap_children()
+        if collect:
+            _reap_children()
 
 
 def _reap_children() -> None:
@@ -868,22 +885,16 @@ def _reap_cgroup(cfg: dict) -> None:
     if memory.get("mode") != "cgroup":
         return
     me = os.getpid()
-    for _ in range(20):
+
+    def members() -> list[int]:
         try:
             with open(os.path.join(memory["dir"], "cgroup.procs"), "rb") as f:
                 # Processes outside this PID namespace (bwrap's own) read as 0.
-                victims = [p for p in map(int, f.read().split()) if p not in (0, 1, me)]
+                return [p for p in map(int, f.read().split()) if p not in (0, 1, me)]
         except (OSError, ValueError):
-            return
-        if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.001)
-        _reap_children()
+            return []
+
+    kill_until_gone(members, collect=True)
 
 
 def _ipc_before(cfg: dict) -> set | None:
