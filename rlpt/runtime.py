@@ -67,13 +67,13 @@ def set_cpu_threads(n: int) -> None:
     raise ValueError(f"CPU threads must be >= 0 (0: one per core), got {n}.")
   if n == 0:
     return
-  from jax._src import xla_bridge
-  if xla_bridge.backends_are_initialized():
-    raise RuntimeError(f"{n} CPU threads must be set before JAX starts; it has already started.")
   current = os.environ.get("PJRT_NPROC")
   if current not in (None, str(n)):
     raise ValueError(f"PJRT_NPROC is already set to {current!r}; set {n} threads there or "
                      "here, not both.")
+  from jax._src import xla_bridge
+  if xla_bridge.backends_are_initialized():
+    raise RuntimeError(f"{n} CPU threads must be set before JAX starts; it has already started.")
   os.environ["PJRT_NPROC"] = str(n)
 
 

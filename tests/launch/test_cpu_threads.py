@@ -60,12 +60,12 @@ def test_pinned_threads_give_the_same_bits_on_one_core_and_two():
 
 def test_threads_are_set_before_jax_starts_and_refused_after():
   code = ("from rlpt.runtime import set_cpu_threads; import os; set_cpu_threads(3); "
-          "print(os.environ['PJRT_NPROC']); import jax; jax.devices(); set_cpu_threads(2)")
+          "print(os.environ['PJRT_NPROC']); import jax; jax.devices(); set_cpu_threads(3)")
   env = {k: v for k, v in os.environ.items() if k != "PJRT_NPROC"}
   r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(env, JAX_PLATFORMS="cpu"),
                      capture_output=True, text=True, timeout=120)
   assert r.stdout.strip() == "3"
-  assert "2 CPU threads must be set before JAX starts" in r.stderr
+  assert "3 CPU threads must be set before JAX starts" in r.stderr
 
 
 def test_conflicting_environment_and_bad_counts_are_named(monkeypatch):
