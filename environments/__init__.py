@@ -9,7 +9,8 @@ Importing this package registers every domain with `gymnasium.register`:
 
 Pure Python + numpy + gymnasium; never imports JAX. See `environments.env`
 for the episode protocol, `environments.registry` for discovery/filtering, and
-`environments.sandbox` for how model-written code is executed.
+`environments.sandbox` for how model-written code is executed, and
+`environments.datasets` for domains made from your own dataset files.
 """
 
 from environments import registry
@@ -18,5 +19,6 @@ from environments.spaces import AnyText
 from environments.verdicts import Grade, Task, Verdict
 
 from environments import families  # noqa: E402,F401  (registers every domain)
+from environments import datasets  # noqa: E402,F401  (dataset-file domains; registers the built-in ones)
 
 __all__ = ["AnyText", "Grade", "Task", "TaskEnv", "Verdict", "registry"]

@@ -81,6 +81,14 @@ class Domain(abc.ABC):
         `spec.max_answer_chars` long. Only domains whose spec sets `max_turns`
         may return a `ToolReply` (a non-scored turn, e.g. a tool's result)."""
 
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task | None:
+        """Optional: draws a task of `split` ("train"/"eval") directly, using only
+        `rng`. Domains over a fixed task list with their own split assignment
+        (e.g. dataset files, `environments.datasets`) override it. The default,
+        None, means `environments.splits.draw` rejection-samples `sample` on the
+        content hash of the task key."""
+        return None
+
 
 _DOMAINS: dict[str, Domain] = {}
 

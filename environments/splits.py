@@ -4,7 +4,9 @@ A task belongs to "eval" iff blake2b(task.key) % EVAL_MODULUS == 0, so the split
 is a pure function of the task's canonical content: disjoint by construction,
 stable across processes and library versions, and shared by every domain that
 can generate the same content. `draw` rejection-samples until the split matches;
-with a 1-in-10 eval rate that costs ~10 draws per eval reset.
+with a 1-in-10 eval rate that costs ~10 draws per eval reset. A domain that
+assigns its own splits (`Domain.sample_in_split`, e.g. a dataset file with a
+split column) is asked directly instead.
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ def check_split(split: str) -> str:
 
 
 def draw(domain: Domain, rng: np.random.Generator, split: str) -> Task:
-    """Draws tasks from `domain` with `rng` until one falls in `split`."""
+    """A task of `split`: the domain's own `sample_in_split` if it has one, else
+    tasks drawn from `domain` with `rng` until one falls in `split`."""
     check_split(split)
+    task = domain.sample_in_split(rng, split)
+    if task is not None:
+        return task
     for _ in range(MAX_DRAWS):
         task = domain.sample(rng)
         if split_of(task.key) == split:

@@ -1,0 +1,228 @@
+"""Dataset domains: rlpt domains made from a local file of prompts and answers.
+
+    from environments import datasets
+    spec = datasets.register_file("rlpt/dataset-mymath-v0", "problems.jsonl", verifier="math",
+                                  fields={"prompt": "question", "answer": "solution"})
+    env = gymnasium.make(spec.id)
+
+A file is JSONL, JSON (a list of objects), Parquet, a single Arrow IPC stream
+file, or a Hugging Face `save_to_disk` folder (`environments.datasets.loaders`).
+Each row maps to a task through `fields` (defaults: prompt, answer, id, split,
+system; id, split and system are optional). The prompt shown is
+"<system>\\n\\n<prompt>" when the row has a system prompt, else the prompt. The
+answer is graded by a verifier kind (`environments.datasets.verifiers`: math,
+exact, choice, numeric, regex; more by `register_verifier`).
+
+Splits: a mapped split column ("train"; "eval"/"test"/"validation" -> eval)
+decides, else the content hash of the row's id (of its prompt if the file has
+no ids) via `environments.splits.split_of` (1 in 10 rows eval). Hash splits are
+stable when rows are appended and disjoint by construction. `reset(seed)`
+picks uniformly among the split's rows with the env's seeded generator.
+
+The whole file is validated (streamed, constant memory apart from the id
+set) at registration, before anything compiles; every problem is a ValueError
+naming file, line/row and field. The registered domain then holds the mapped
+fields of every row in memory.
+
+Plain-data form for configs: "rlpt/dataset-name-v0=path.jsonl:math" or a dict
+with keys id, path, verifier and optionally fields, options, difficulty, tags,
+format, max_answer_chars (`register`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from environments import registry, splits
+from environments.datasets import loaders, verifiers
+from environments.datasets.verifiers import (
+    VerifierKind,
+    get_verifier,
+    register_verifier,
+    verifier_kinds,
+)
+from environments.verdicts import Grade, Task
+
+__all__ = [
+    "DatasetDomain", "Stats", "VerifierKind", "get_verifier", "load_tasks", "register", "register_file",
+    "register_verifier", "validate_file", "verifier_kinds",
+]
+
+FAMILY = "dataset"
+DEFAULT_MAX_ANSWER_CHARS = 4096
+
+
+def _fields(fields: Mapping[str, str] | None) -> dict[str, str]:
+    fields = dict(fields or {})
+    unknown = sorted(set(fields) - set(loaders.FIELDS))
+    if unknown:
+        raise ValueError(f"unknown field names {unknown} in fields=; allowed: {list(loaders.FIELDS)}")
+    for name, column in fields.items():
+        if not isinstance(column, str) or not column:
+            raise ValueError(f"fields[{name!r}] must be a non-empty column name, got {column!r}")
+    return {name: fields.get(name, name) for name in loaders.FIELDS}
+
+
+def _task(row: loaders.Row, kind: VerifierKind) -> tuple[Task, str]:
+    """(task, split) for a validated row."""
+    key = row.id if row.id is not None else row.prompt
+    prompt = f"{row.system}\n\n{row.prompt}" if row.system else row.prompt
+    task = Task(key=key, prompt=prompt, demonstration=kind.demonstrate(row.answer), hidden=row.answer)
+    return task, row.split or splits.split_of(key)
+
+
+def _rows(path: os.PathLike | str, fields: Mapping[str, str] | None, verifier: str,
+          options: Mapping[str, Any] | None, format: str | None,
+          max_answer_chars: int) -> Iterator[tuple[loaders.Row, Task, str]]:
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such file or folder")
+    kind = get_verifier(verifier)
+    opts = verifiers.resolve_options(kind, options)
+    mapping = _fields(fields)
+    for row in loaders.iter_rows(path, format or loaders.detect_format(path), mapping):
+        problem = kind.check_reference(row.answer, opts)
+        if problem is not None:
+            raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r}: {problem} ({verifier} verifier)")
+        task, split = _task(row, kind)
+        if len(task.demonstration.strip()) > max_answer_chars:
+            raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r} is longer than "
+                             f"max_answer_chars={max_answer_chars}")
+        yield row, task, split
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Summary of a validated file: row counts per split and the longest prompt."""
+
+    rows: int
+    train: int
+    eval: int
+    max_prompt_chars: int
+
+
+def validate_file(path: os.PathLike | str, verifier: str = "math", fields: Mapping[str, str] | None = None,
+                  options: Mapping[str, Any] | None = None, format: str | None = None,
+                  max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS) -> Stats:
+    """Validates every row of `path` (streamed; keeps only counts and the id set)."""
+    counts = {"train": 0, "eval": 0}
+    longest = 0
+    for _, task, split in _rows(path, fields, verifier, options, format, max_answer_chars):
+        counts[split] += 1
+        longest = max(longest, len(task.prompt))
+    return Stats(counts["train"] + counts["eval"], counts["train"], counts["eval"], longest)
+
+
+def load_tasks(path: os.PathLike | str, verifier: str = "math", fields: Mapping[str, str] | None = None,
+               options: Mapping[str, Any] | None = None, format: str | None = None,
+               max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS) -> list[tuple[Task, str]]:
+    """Every row of `path` as (task, split), in file order, after validation."""
+    return [(task, split) for _, task, split in _rows(path, fields, verifier, options, format, max_answer_chars)]
+
+
+class DatasetDomain(registry.Domain):
+    """A domain over a fixed list of tasks, graded by one verifier kind."""
+
+    def __init__(self, spec: registry.DomainSpec, tasks: Sequence[tuple[Task, str]], verifier: str,
+                 options: Mapping[str, Any] | None = None) -> None:
+        self.spec = spec
+        self._kind = get_verifier(verifier)
+        self._options = verifiers.resolve_options(self._kind, options)
+        self.answer_format = self._kind.answer_format
+        self._tasks = tuple(task for task, _ in tasks)
+        self._by_split = {s: np.array([i for i, (_, sp) in enumerate(tasks) if sp == s], dtype=np.int64)
+                          for s in splits.SPLITS}
+        self.verifier = verifier
+
+    def split_sizes(self) -> dict[str, int]:
+        return {s: len(ix) for s, ix in self._by_split.items()}
+
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task:
+        """A uniformly drawn task of `split`; a split with no rows raises ValueError."""
+        rows = self._by_split[splits.check_split(split)]
+        if len(rows) == 0:
+            raise ValueError(f"dataset domain {self.spec.id!r} has no {split!r} rows; add some, "
+                             "or a split field, to the file")
+        return self._tasks[int(rows[int(rng.integers(len(rows)))])]
+
+    def sample(self, rng: np.random.Generator) -> Task:
+        return self._tasks[int(rng.integers(len(self._tasks)))]
+
+    def grade(self, task: Task, answer: str) -> Grade:
+        return self._kind.grade(answer, task.hidden, self._options)
+
+
+def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math",
+                  fields: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None,
+                  difficulty: str = "medium", tags: Sequence[str] = (), format: str | None = None,
+                  max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS, description: str = "") -> registry.DomainSpec:
+    """Validates and loads `path`, registers it as `domain_id` (family "dataset",
+    so the id must look like "rlpt/dataset-<name>-v<N>") here and with gymnasium,
+    and returns its spec. Every file problem raises ValueError before anything
+    is registered."""
+    if not isinstance(domain_id, str) or not domain_id.startswith(f"rlpt/{FAMILY}-"):
+        raise ValueError(f"dataset domain id {domain_id!r} must look like 'rlpt/{FAMILY}-<name>-v<N>'")
+    tasks = load_tasks(path, verifier, fields, options, format, max_answer_chars)
+    spec = registry.DomainSpec(
+        id=domain_id,
+        family=FAMILY,
+        difficulty=difficulty,
+        tags=(FAMILY, verifier, *tags),
+        max_prompt_chars=max(len(task.prompt) for task, _ in tasks),
+        max_answer_chars=max_answer_chars,
+        description=description or f"{pathlib.Path(path).name}: {len(tasks)} rows graded by the {verifier} verifier",
+    )
+    registry.register(DatasetDomain(spec, tasks, verifier, options))
+    return spec
+
+
+_DESCRIPTION_KEYS = {"id", "path", "verifier", "fields", "options", "difficulty", "tags", "format",
+                     "max_answer_chars", "description"}
+
+
+def parse_description(description: str | Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of `register_file` from "rlpt/dataset-name-v0=path:verifier"
+    (":verifier" optional, default math) or from a dict with those keyword names
+    (and "id" for the domain id)."""
+    if isinstance(description, str):
+        domain_id, sep, rest = description.partition("=")
+        if not sep or not rest:
+            raise ValueError(f"dataset description {description!r} must look like 'rlpt/dataset-<name>-v0=path[:verifier]'")
+        path, verifier = rest, "math"
+        head, colon, tail = rest.rpartition(":")
+        if colon and tail in verifier_kinds():
+            path, verifier = head, tail
+        elif colon and tail and "/" not in tail and "." not in tail:
+            get_verifier(tail)  # an unknown kind: raises listing the known ones
+        return {"domain_id": domain_id.strip(), "path": path, "verifier": verifier}
+    if not isinstance(description, Mapping):
+        raise ValueError(f"a dataset description must be a string or a dict, got {type(description).__name__}")
+    unknown = sorted(set(description) - _DESCRIPTION_KEYS)
+    if unknown or "id" not in description or "path" not in description:
+        raise ValueError(f"dataset description needs 'id' and 'path' and allows {sorted(_DESCRIPTION_KEYS)}; "
+                         f"got {sorted(description)}")
+    kwargs = {k: v for k, v in description.items() if k != "id"}
+    return {"domain_id": description["id"], **kwargs}
+
+
+def register(description: str | Mapping[str, Any]) -> registry.DomainSpec:
+    """`register_file` from a plain-data description (see `parse_description`)."""
+    return register_file(**parse_description(description))
+
+
+DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data"
+
+
+def _register_builtin() -> None:
+    for difficulty in registry.DIFFICULTIES:
+        register_file(f"rlpt/dataset-arith-{difficulty}-v0", DATA_DIR / f"arith-{difficulty}.jsonl",
+                      verifier="math", difficulty=difficulty, tags=("arithmetic", "word-problem"),
+                      max_answer_chars=1024)
+
+
+_register_builtin()
