@@ -19,7 +19,15 @@ Three forms of tests, and what each guarantees:
 * `humaneval_tests` (`def check(candidate): assert candidate(...) == ...`):
   decomposed the same way when every statement of check() is such an assert
   (156 of HumanEval's 164 problems), with the same guarantee. Otherwise
-  (loops, computed expectations) check() itself runs in the sandbox, in the
+  (loops, computed expectations), given the task's trusted reference
+  solution, check() runs once on the host against it to record the calls it
+  makes (their arguments as literals); grading runs those calls in the
+  sandbox and then check() on the host over the returned plain values (form
+  "replay", the remaining 8 HumanEval problems): the same guarantee again.
+  `import random` in check() gets a private generator seeded the same for
+  the recording and every replay.
+  Without a reference (or with arguments that have no literal form) check()
+  itself runs in the sandbox, in the
   candidate's process: the candidate is loaded first, its entry point is
   wrapped so that every value it returns is deep-copied into exact builtin
   types (anything else raises), and check() sees only the copies, with the
@@ -48,9 +56,12 @@ the error's last line), cut to FEEDBACK_CHARS.
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import json
 import math
+import random
+import types
 from typing import Any, Sequence
 
 from environments import sandbox
@@ -93,14 +104,18 @@ class Check:
 class ProgramTests:
     """The tests of one program task (build with assert_tests / humaneval_tests / stdio_tests).
 
-    form: "asserts" (decomposed; host-compared), "check" (check() run in the
-      sandbox; see the module docstring) or "stdio" (stdin -> stdout pairs).
+    form: "asserts" (decomposed; host-compared), "replay" (check() run on the
+      host over results of calls run in the sandbox), "check" (check() run in
+      the sandbox; see the module docstring) or "stdio" (stdin -> stdout pairs).
     entry: the function the candidate must define ("" for stdio programs).
+    replay: for "replay", the calls check() makes, each (literal sources of the
+      positional arguments, (name, literal source) of the keyword arguments).
     """
 
     form: str
     entry: str = ""
     checks: tuple[Check, ...] = ()
+    replay: tuple[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ...] = ()
     check_source: str = ""
     prelude: str = ""
     io_pairs: tuple[tuple[str, str], ...] = ()
@@ -290,7 +305,7 @@ def assert_tests(asserts: Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
     return ProgramTests(form="asserts", entry=checks[0].function, checks=tuple(checks), timeout_s=timeout_s, limits=limits)
 
 
-def humaneval_tests(test: str, entry_point: str, *, prelude: str = "", timeout_s: float = DEFAULT_TIMEOUT_S, limits: sandbox.Limits = sandbox.Limits()) -> ProgramTests:
+def humaneval_tests(test: str, entry_point: str, *, prelude: str = "", reference: str = "", timeout_s: float = DEFAULT_TIMEOUT_S, limits: sandbox.Limits = sandbox.Limits()) -> ProgramTests:
     """HumanEval-style tests: `test` defines `check(candidate)`.
 
     Decomposed into host-compared calls when check() holds only decomposable
@@ -298,7 +313,12 @@ def humaneval_tests(test: str, entry_point: str, *, prelude: str = "", timeout_s
     imports, assigns METADATA-like constants and defines check; otherwise
     check() runs in the sandbox (form "check"; see the module docstring).
     prelude: trusted code run before `test` for check()'s helpers (HumanEval:
-    the prompt)."""
+    the prompt). reference: a trusted correct program (HumanEval: prompt +
+    canonical solution); when given, a check() that does not decompose is run
+    once on the host against it to record the calls it makes, and grading
+    replays them (form "replay", the same guarantee as decomposed asserts);
+    without one, or when an argument has no literal form, check() runs in the
+    sandbox (form "check")."""
     module = _parse(test, "the test code")
     checks = [node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check"]
     if len(checks) != 1 or not checks[0].args.args:
@@ -329,7 +349,88 @@ def humaneval_tests(test: str, entry_point: str, *, prelude: str = "", timeout_s
         decomposed.append(dataclasses.replace(check, function=entry_point))
     if decomposed:
         return ProgramTests(form="asserts", entry=entry_point, checks=tuple(decomposed), timeout_s=timeout_s, limits=limits)
+    if reference:
+        calls = _record_calls(test, entry_point, prelude, reference)
+        if calls is not None:
+            return ProgramTests(form="replay", entry=entry_point, replay=calls, check_source=test, prelude=prelude, timeout_s=timeout_s, limits=limits)
     return ProgramTests(form="check", entry=entry_point, check_source=test, prelude=prelude, timeout_s=timeout_s, limits=limits)
+
+
+class _NoLiteral(Exception):
+    pass
+
+
+def _literal_source(value: Any) -> str | None:
+    """repr(value) when it reads back (ast.literal_eval) as the same value of the
+    same types (its repr again), else None (nan, objects, recursive values)."""
+    try:
+        text = repr(value)
+        return text if repr(ast.literal_eval(text)) == text else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _call_sources(args: tuple, kwargs: dict) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None:
+    sources = tuple(_literal_source(a) for a in args)
+    named = tuple((k, _literal_source(v)) for k, v in kwargs.items())
+    if None in sources or any(v is None for _, v in named):
+        return None
+    return sources, named
+
+
+def _seeded_random() -> types.ModuleType:
+    """A private `random` module drawing from random.Random(0): a check() that
+    draws unseeded inputs (HumanEval/38 does) makes the same calls in the
+    recording and in every replay, whatever other threads do with `random`."""
+    rng = random.Random(0)
+    module = types.ModuleType("random")
+    for name in dir(random):
+        if not name.startswith("_"):
+            setattr(module, name, getattr(rng, name, None) or getattr(random, name))
+    return module
+
+
+def _run_check(test: str, entry: str, prelude: str, candidate: Any) -> None:
+    """Runs the task's trusted check(candidate) here, on the host, with `candidate`
+    also bound to the entry point's name (as HumanEval's harness does) and
+    `import random` giving a freshly seeded private generator."""
+    private = _seeded_random()
+
+    def importer(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "random" and level == 0:
+            return private
+        return builtins.__import__(name, globals, locals, fromlist, level)
+
+    checker: dict[str, Any] = {"__name__": "__check__",
+                               "__builtins__": dict(vars(builtins), __import__=importer)}
+    exec(compile(prelude, "<prelude>", "exec"), checker)
+    checker[entry] = candidate
+    exec(compile(test, "<test>", "exec"), checker)
+    checker["check"](candidate)
+
+
+def _record_calls(test: str, entry: str, prelude: str, reference: str):
+    """The calls check() makes of its candidate when that is the trusted
+    `reference`, as literal sources; None when an argument has no literal form."""
+    namespace: dict[str, Any] = {"__name__": "__reference__"}
+    exec(compile(reference, "<reference>", "exec"), namespace)
+    solution = namespace[entry]
+    calls = []
+
+    def recorder(*args, **kwargs):
+        sources = _call_sources(args, kwargs)  # before the call, which may mutate them
+        if sources is None:
+            raise _NoLiteral
+        calls.append(sources)
+        return solution(*args, **kwargs)
+
+    try:
+        _run_check(test, entry, prelude, recorder)
+    except _NoLiteral:
+        return None
+    except Exception as e:
+        raise ValueError(f"the reference solution of {entry!r} fails its own check(): {type(e).__name__}: {e}") from e
+    return tuple(calls)
 
 
 def stdio_tests(pairs: Sequence[tuple[str, str]], *, timeout_s: float = 2.0, limits: sandbox.Limits = sandbox.Limits()) -> ProgramTests:
@@ -650,6 +751,70 @@ def _grade_check_function(answer: str, tests: ProgramTests) -> Grade:
     return Grade(verdict, 0.0, _cut(f"check(candidate) failed{where}: {error}"))
 
 
+class _Replay(Exception):
+    """Ends a replayed check(): `grade` is the candidate's verdict."""
+
+    def __init__(self, grade: Grade) -> None:
+        super().__init__(grade.feedback)
+        self.grade = grade
+
+
+def _test_line(e: BaseException, source: str) -> str:
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<test>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    lines = source.splitlines()
+    return f" at `{lines[line - 1].strip()}`" if line is not None and 0 < line <= len(lines) else ""
+
+
+def _grade_replay(answer: str, tests: ProgramTests) -> Grade:
+    """check() runs here, on the host, over values the candidate computed in the
+    sandbox for the calls recorded from the reference run: the candidate's
+    process only ever returns plain data, as for decomposed asserts."""
+    calls = [[tests.entry, list(args), [list(kv) for kv in named]] for args, named in tests.replay]
+    payload = _payload(sandbox.run(_job(_harness(_CALLS_HARNESS), (answer, calls), tests)), tests.timeout_s)
+    if isinstance(payload, Grade):
+        return payload
+    outputs = payload.get("results")
+    if not isinstance(outputs, list) or len(outputs) != len(calls):
+        return Grade(Verdict.ERROR, 0.0, "program returned the wrong number of results")
+    pending = list(zip(tests.replay, outputs))
+
+    def replayed(*args, **kwargs):
+        shown = f"{tests.entry}({', '.join([repr(a) for a in args] + [f'{k}={v!r}' for k, v in kwargs.items()])})"
+        if not pending or _call_sources(args, kwargs) != pending[0][0]:
+            raise _Replay(failed(_cut(f"check() called {_cut(shown)} after results that differ from the reference "
+                                      f"solution's, so it cannot be graded from the recorded calls")))
+        _, out = pending.pop(0)
+        if not isinstance(out, dict):
+            raise _Replay(Grade(Verdict.ERROR, 0.0, "program returned malformed results"))
+        if "error" in out:
+            if out.get("error_type") == "MemoryError":
+                raise _Replay(Grade(Verdict.OOM, 0.0, _cut(f"{shown}: memory limit exceeded")))
+            raise _Replay(Grade(Verdict.ERROR, 0.0, _cut(f"{shown} raised {out['error']}")))
+        try:
+            got = _untag(out.get("ok"))
+        except (_Bad, TypeError, ValueError, RecursionError) as e:
+            raise _Replay(Grade(Verdict.ERROR, 0.0, f"{shown} returned a malformed value ({e})")) from None
+        if _has_opaque(got):
+            raise _Replay(failed(_cut(f"{shown} returned {_shown(got)}, not plain data")))
+        return got
+
+    try:
+        _run_check(tests.check_source, tests.entry, tests.prelude, replayed)
+    except _Replay as e:
+        return e.grade
+    except AssertionError as e:
+        return failed(_cut(f"check(candidate) failed{_test_line(e, tests.check_source)}"))
+    except Exception as e:  # check() itself choked on a returned value (e.g. len(None))
+        return Grade(Verdict.ERROR, 0.0, _cut(f"check(candidate) failed{_test_line(e, tests.check_source)}: {type(e).__name__}: {e}"))
+    if pending:
+        return failed("check() made fewer calls than with the reference solution: its results steered it elsewhere")
+    return passed(f"check() passed ({len(calls)} calls)")
+
+
 def _normal_output(text: str) -> list[str]:
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     while lines and not lines[-1]:
@@ -677,6 +842,8 @@ def grade_program(answer: str, tests: ProgramTests) -> Grade:
     """Grades the program `answer` (full source text) against `tests`. Thread-safe."""
     if tests.form == "asserts":
         return _grade_checks(answer, tests)
+    if tests.form == "replay":
+        return _grade_replay(answer, tests)
     if tests.form == "check":
         return _grade_check_function(answer, tests)
     if tests.form == "stdio":

@@ -94,7 +94,8 @@ class HumanEvalDomain(Domain):
     def _tasks(self) -> tuple[Task, ...]:
         tasks = []
         for row in problems():
-            tests = humaneval_tests(row["test"], row["entry_point"], prelude=row["prompt"], timeout_s=TIMEOUT_S)
+            tests = humaneval_tests(row["test"], row["entry_point"], prelude=row["prompt"],
+                                    reference=row["prompt"] + row["canonical_solution"], timeout_s=TIMEOUT_S)
             tasks.append(
                 Task(
                     key=f"humaneval:{row['task_id']}",

@@ -145,6 +145,32 @@ def test_cheats_earn_nothing_on_check_fallback():
     assert grade.verdict.value == "FAIL" and "assert candidate(x) == 3 * x + 1" in grade.feedback
 
 
+def test_check_with_a_reference_is_replayed_and_cheats_earn_nothing():
+    """A check() with a loop is recorded once against the reference on the host;
+    grading runs only the recorded calls in the sandbox and check() on the host,
+    so even a forged result frame (which beats the in-sandbox fallback) earns 0."""
+    test = "def check(candidate):\n    for x in range(3):\n        assert candidate(x) == 3 * x + 1\n"
+    tests = humaneval_tests(test, "f", reference="def f(x):\n    return 3 * x + 1")
+    assert tests.form == "replay" and len(tests.replay) == 3
+    assert grade_program("def f(x):\n    return 3 * x + 1", tests).success
+    for name in sorted(CHEATS):
+        grade = grade_program(CHEATS[name], tests)
+        assert grade.reward == 0.0 and not grade.infra_error, (name, grade)
+    grade = grade_program("def f(x):\n    return 3 * x", tests)
+    assert grade.verdict.value == "FAIL" and "assert candidate(x) == 3 * x + 1" in grade.feedback, grade
+    grade = grade_program("def f(x):\n    raise KeyError(x)", tests)
+    assert grade.verdict.value == "ERROR" and "f(0) raised KeyError" in grade.feedback, grade
+
+
+def test_replay_refuses_a_reference_that_fails_and_falls_back_without_literals():
+    test = "def check(candidate):\n    for x in range(3):\n        assert candidate(x) == 3 * x + 1\n"
+    with pytest.raises(ValueError, match="reference solution of 'f' fails its own check"):
+        humaneval_tests(test, "f", reference="def f(x):\n    return 0")
+    # An argument with no literal form (an object) cannot be recorded: check() runs in the sandbox.
+    test = "def check(candidate):\n    assert candidate(object()) is not None\n"
+    assert humaneval_tests(test, "f", reference="def f(x):\n    return 1").form == "check"
+
+
 @pytest.mark.parametrize("name", sorted(STDIO))
 def test_stdio_fixtures(name):
     pairs, right, wrong = STDIO[name]
@@ -183,7 +209,8 @@ def test_humaneval_canonical_pass_and_return_none_fail():
     tasks = _humaneval_tasks()
     assert len(tasks) == 164
     forms = [t.hidden[1].form for t in tasks]
-    assert forms.count("check") <= 10, forms.count("check")
+    # Every problem gets the host-compared guarantee: 156 decompose, 8 are replayed.
+    assert set(forms) == {"asserts", "replay"} and forms.count("replay") == 8, forms
     jobs = [(t, t.demonstration, True) for t in tasks] + [(t, _body_none(t), False) for t in tasks]
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
