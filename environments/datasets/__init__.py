@@ -8,10 +8,13 @@
 A file is JSONL, JSON (a list of objects), Parquet, a single Arrow IPC stream
 file, or a Hugging Face `save_to_disk` folder (`environments.datasets.loaders`).
 Each row maps to a task through `fields` (defaults: prompt, answer, id, split,
-system; id, split and system are optional). The prompt shown is
+system, entry_point; id, split, system and entry_point are optional;
+entry_point names the function a code row's check(candidate) tests call). The prompt shown is
 "<system>\\n\\n<prompt>" when the row has a system prompt, else the prompt. The
 answer is graded by a verifier kind (`environments.datasets.verifiers`: math,
-exact, choice, numeric, regex; more by `register_verifier`).
+exact, choice, numeric, regex; `environments.datasets.code`: code, whose answer
+field holds unit tests run in the sandbox, and whose domains are tagged
+"sandbox"; more by `register_verifier`).
 
 Splits: a mapped split column ("train"; "eval"/"test"/"validation" -> eval)
 decides, else the content hash of the row's id (of its prompt if the file has
@@ -40,6 +43,7 @@ import numpy as np
 
 from environments import registry, splits
 from environments.datasets import loaders, verifiers
+from environments.datasets import code as _code  # noqa: F401  (registers the "code" verifier kind)
 from environments.datasets.verifiers import (
     VerifierKind,
     get_verifier,
@@ -68,28 +72,42 @@ def _fields(fields: Mapping[str, str] | None) -> dict[str, str]:
     return {name: fields.get(name, name) for name in loaders.FIELDS}
 
 
-def _task(row: loaders.Row, kind: VerifierKind) -> tuple[Task, str]:
+def _task(row: loaders.Row, kind: VerifierKind, hidden: Any) -> tuple[Task, str]:
     """(task, split) for a validated row."""
     key = row.id if row.id is not None else row.prompt
     prompt = f"{row.system}\n\n{row.prompt}" if row.system else row.prompt
-    task = Task(key=key, prompt=prompt, demonstration=kind.demonstrate(row.answer), hidden=row.answer)
+    task = Task(key=key, prompt=prompt, demonstration=kind.demonstrate(row.answer), hidden=hidden)
     return task, row.split or splits.split_of(key)
+
+
+def _max_answer_chars(kind: VerifierKind, max_answer_chars: int | None) -> int:
+    if max_answer_chars is not None:
+        return max_answer_chars
+    return kind.max_answer_chars or DEFAULT_MAX_ANSWER_CHARS
 
 
 def _rows(path: os.PathLike | str, fields: Mapping[str, str] | None, verifier: str,
           options: Mapping[str, Any] | None, format: str | None,
-          max_answer_chars: int) -> Iterator[tuple[loaders.Row, Task, str]]:
+          max_answer_chars: int | None) -> Iterator[tuple[loaders.Row, Task, str]]:
     path = pathlib.Path(path)
     if not path.exists():
         raise ValueError(f"{path}: no such file or folder")
     kind = get_verifier(verifier)
     opts = verifiers.resolve_options(kind, options)
+    max_answer_chars = _max_answer_chars(kind, max_answer_chars)
     mapping = _fields(fields)
-    for row in loaders.iter_rows(path, format or loaders.detect_format(path), mapping):
+    fmt = format or loaders.detect_format(path)
+    for row in loaders.iter_rows(path, fmt, mapping, structured_answer=kind.structured_reference):
         problem = kind.check_reference(row.answer, opts)
         if problem is not None:
             raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r}: {problem} ({verifier} verifier)")
-        task, split = _task(row, kind)
+        hidden: Any = row.answer
+        if kind.prepare is not None:
+            try:
+                hidden = kind.prepare(row.answer, row, opts)
+            except ValueError as e:
+                raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r}: {e} ({verifier} verifier)") from None
+        task, split = _task(row, kind, hidden)
         if len(task.demonstration.strip()) > max_answer_chars:
             raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r} is longer than "
                              f"max_answer_chars={max_answer_chars}")
@@ -108,7 +126,7 @@ class Stats:
 
 def validate_file(path: os.PathLike | str, verifier: str = "math", fields: Mapping[str, str] | None = None,
                   options: Mapping[str, Any] | None = None, format: str | None = None,
-                  max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS) -> Stats:
+                  max_answer_chars: int | None = None) -> Stats:
     """Validates every row of `path` (streamed; keeps only counts and the id set)."""
     counts = {"train": 0, "eval": 0}
     longest = 0
@@ -120,7 +138,7 @@ def validate_file(path: os.PathLike | str, verifier: str = "math", fields: Mappi
 
 def load_tasks(path: os.PathLike | str, verifier: str = "math", fields: Mapping[str, str] | None = None,
                options: Mapping[str, Any] | None = None, format: str | None = None,
-               max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS) -> list[tuple[Task, str]]:
+               max_answer_chars: int | None = None) -> list[tuple[Task, str]]:
     """Every row of `path` as (task, split), in file order, after validation."""
     return [(task, split) for _, task, split in _rows(path, fields, verifier, options, format, max_answer_chars)]
 
@@ -160,7 +178,7 @@ class DatasetDomain(registry.Domain):
 def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math",
                   fields: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None,
                   difficulty: str = "medium", tags: Sequence[str] = (), format: str | None = None,
-                  max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS, description: str = "") -> registry.DomainSpec:
+                  max_answer_chars: int | None = None, description: str = "") -> registry.DomainSpec:
     """Validates and loads `path`, registers it as `domain_id` (family "dataset",
     so the id must look like "rlpt/dataset-<name>-v<N>") here and with gymnasium,
     and returns its spec. Every file problem raises ValueError before anything
@@ -168,13 +186,14 @@ def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math
     if not isinstance(domain_id, str) or not domain_id.startswith(f"rlpt/{FAMILY}-"):
         raise ValueError(f"dataset domain id {domain_id!r} must look like 'rlpt/{FAMILY}-<name>-v<N>'")
     tasks = load_tasks(path, verifier, fields, options, format, max_answer_chars)
+    kind = get_verifier(verifier)
     spec = registry.DomainSpec(
         id=domain_id,
         family=FAMILY,
         difficulty=difficulty,
-        tags=(FAMILY, verifier, *tags),
+        tags=tuple(dict.fromkeys((FAMILY, verifier, *kind.tags, *tags))),
         max_prompt_chars=max(len(task.prompt) for task, _ in tasks),
-        max_answer_chars=max_answer_chars,
+        max_answer_chars=_max_answer_chars(kind, max_answer_chars),
         description=description or f"{pathlib.Path(path).name}: {len(tasks)} rows graded by the {verifier} verifier",
     )
     registry.register(DatasetDomain(spec, tasks, verifier, options))

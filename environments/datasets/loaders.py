@@ -25,7 +25,8 @@ import pathlib
 from typing import Any, Iterator, Mapping
 
 FORMATS = ("jsonl", "json", "parquet", "hf", "arrow")
-FIELDS = ("prompt", "answer", "id", "split", "system")
+FIELDS = ("prompt", "answer", "id", "split", "system", "entry_point")
+OPTIONAL = ("id", "split", "system", "entry_point")
 REQUIRED = ("prompt", "answer")
 SPLIT_VALUES = {"train": "train", "eval": "eval", "test": "eval", "validation": "eval"}
 _BATCH_ROWS = 1024
@@ -152,7 +153,9 @@ def _missing(path: pathlib.Path, where: str, field: str, column: str, keys: list
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One validated row: mapped fields as text. `split` is "train"/"eval" or None."""
+    """One validated row: mapped fields as text. `split` is "train"/"eval" or None.
+    A structured answer (a list or object, allowed only with structured_answer=True)
+    is given as its JSON text."""
 
     where: str
     prompt: str
@@ -160,14 +163,17 @@ class Row:
     id: str | None
     split: str | None
     system: str | None
+    entry_point: str | None = None
 
 
-def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str]) -> Iterator[Row]:
+def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str],
+              structured_answer: bool = False) -> Iterator[Row]:
     """Validated rows of `path`, streamed. Checks per row: an object; prompt and
     answer present (close-match hint for misspellings); prompt/system non-empty
-    strings, answer a non-empty string or number; id a string or int present on
-    every row if on the first, and unique; split one of SPLIT_VALUES. An empty
-    file is an error."""
+    strings, answer a non-empty string or number (or, with structured_answer, a
+    non-empty list or object, passed on as JSON text); id a string or int present
+    on every row if on the first, and unique; split one of SPLIT_VALUES;
+    entry_point a string. An empty file is an error."""
     readers = {"jsonl": lambda: _jsonl(path), "json": lambda: _json(path),
                "parquet": lambda: _parquet(path, fields), "hf": lambda: _hf(path, fields),
                "arrow": lambda: _arrow_stream(path, fields, 0)}
@@ -185,7 +191,8 @@ def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str]) -> Iterat
             if fields[field] not in record:
                 raise _missing(path, where, field, fields[field], keys)
         if optional_present is None:
-            optional_present = {f: fields[f] in record and record[fields[f]] is not None for f in ("id", "split", "system")}
+            optional_present = {f: fields[f] in record and record[fields[f]] is not None for f in OPTIONAL}
+            optional_present["entry_point"] = True  # per row: a file may mix task kinds
         values: dict[str, str | None] = {}
         for field in FIELDS:
             column = fields[field]
@@ -193,13 +200,13 @@ def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str]) -> Iterat
                 values[field] = None
                 continue
             if column not in record or record[column] is None:
-                if field == "system":
+                if field in ("system", "entry_point"):
                     values[field] = None
                     continue
                 if column in record:
                     raise ValueError(f"{path}: {where}: field {column!r} (the {field}) is null")
                 raise _missing(path, where, field, column, keys)
-            values[field] = _text(path, where, field, column, record[column])
+            values[field] = _text(path, where, field, column, record[column], structured_answer)
         if values["id"] is not None:
             if values["id"] in seen_ids:
                 raise ValueError(f"{path}: {where}: duplicate id {values['id']!r} in field {fields['id']!r}")
@@ -210,13 +217,22 @@ def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str]) -> Iterat
                                  f"allowed: {sorted(SPLIT_VALUES)}")
             values["split"] = SPLIT_VALUES[values["split"]]
         count += 1
-        yield Row(where, values["prompt"], values["answer"], values["id"], values["split"], values["system"])
+        yield Row(where, values["prompt"], values["answer"], values["id"], values["split"], values["system"],
+                  values["entry_point"])
     if count == 0:
         raise ValueError(f"{path}: empty file (no rows)")
 
 
-def _text(path: pathlib.Path, where: str, field: str, column: str, value: Any) -> str:
+def _text(path: pathlib.Path, where: str, field: str, column: str, value: Any,
+          structured_answer: bool = False) -> str:
     ok_types: tuple[type, ...] = (str,)
+    if field == "answer" and structured_answer and isinstance(value, (list, dict)):
+        if not value:
+            raise ValueError(f"{path}: {where}: field {column!r} (the {field}) is empty")
+        try:
+            return json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {where}: field {column!r} (the {field}) is not plain JSON data ({e})") from None
     if field == "answer":
         ok_types = (str, int, float)
     elif field == "id":

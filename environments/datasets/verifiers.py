@@ -19,9 +19,12 @@ at registration). Built-in kinds:
   two different letters.
 * numeric: one number within `rel_tol` / `abs_tol` of the reference.
 * regex: the reference is a pattern that must fullmatch the extracted answer.
+* code (`environments.datasets.code`): the reference is unit tests (MBPP
+  asserts, a HumanEval check(candidate), or stdin/stdout pairs) run against
+  the answer program in the sandbox.
 
-More kinds (e.g. a `code` kind running tests in the sandbox) are added by
-calling `register_verifier(VerifierKind(...))`; nothing else changes.
+More kinds are added by calling `register_verifier(VerifierKind(...))`;
+nothing else changes.
 """
 
 from __future__ import annotations
@@ -46,14 +49,29 @@ class VerifierKind:
     demonstrate: reference -> one answer that PASSes ("" when none is known,
       e.g. for regex references).
     answer_format: short description of an accepted answer (MALFORMED hints).
+    prepare: optional (reference, row, options) -> grading data, run on every
+      row at registration (after check_reference) with the row's
+      `loaders.Row`; raises ValueError for a reference it cannot use. Its
+      result is cached as the task's hidden data and is what `grade` then
+      receives as `reference` (e.g. the code kind's parsed ProgramTests).
+    structured_reference: the answer field may be a list or object (given to
+      check_reference/prepare as its JSON text).
+    tags: extra domain tags for domains of this kind ("sandbox" routes grading
+      to sandbox workers in the trainer).
+    max_answer_chars: default answer length limit for domains of this kind
+      (None: the dataset default).
     """
 
     name: str
-    grade: Callable[[str, str, Mapping[str, Any]], Grade]
+    grade: Callable[[str, Any, Mapping[str, Any]], Grade]
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     check_reference: Callable[[str, Mapping[str, Any]], str | None] = lambda ref, opts: None
     demonstrate: Callable[[str], str] = lambda ref: ref
     answer_format: str = ""
+    prepare: Callable[[str, Any, Mapping[str, Any]], Any] | None = None
+    structured_reference: bool = False
+    tags: tuple[str, ...] = ()
+    max_answer_chars: int | None = None
 
 
 _KINDS: dict[str, VerifierKind] = {}

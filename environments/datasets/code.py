@@ -1,0 +1,138 @@
+"""The `code` verifier kind: a dataset row's answer field holds unit tests.
+
+The reference (the mapped answer field) is one of:
+
+* a list of MBPP-style assert strings: ["assert add(1, 2) == 3", ...];
+* a string of newline-separated assert statements;
+* a HumanEval-style test string defining `check(candidate)`; the function's
+  name comes from the row's entry_point field (fields={"entry_point": col})
+  or the `entry_point` option;
+* a list of {"input": "...", "output": "..."} objects (stdin -> stdout).
+
+Tests are parsed into `environments.programs.ProgramTests` once per row at
+registration (an assert that cannot be decomposed, a check() without an entry
+point or a malformed pair is a load-time ValueError naming file, row and
+field) and cached as the task's hidden data. The answer (a whole program or
+function; one surrounding ``` fence is removed) is graded by
+`environments.programs.grade_program` in the sandbox: PASS iff every test
+passes; sandbox infrastructure failures are SANDBOX_ERROR, never FAIL.
+
+Options: timeout_s (per job; None: 5 s for asserts/check, 2 s per stdio
+input), entry_point (default function name for check(candidate) tests).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any, Mapping
+
+from environments.datasets.verifiers import VerifierKind, register_verifier
+from environments.programs import ProgramTests, assert_tests, grade_program, humaneval_tests, stdio_tests
+from environments.verdicts import Grade
+
+MAX_ANSWER_CHARS = 6000  # as the HumanEval domain
+_FENCE_RE = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+
+
+def _timeout(options: Mapping[str, Any], default: float) -> float:
+    value = options.get("timeout_s")
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 600:
+        raise ValueError(f"option timeout_s must be a number of seconds in (0, 600], got {value!r}")
+    return float(value)
+
+
+def _asserts_of_text(text: str) -> list[str]:
+    try:
+        module = ast.parse(text)
+    except SyntaxError as e:
+        raise ValueError(f"the tests are not valid Python: {e.msg} (line {e.lineno})") from None
+    out = []
+    for node in module.body:
+        if not isinstance(node, ast.Assert):
+            raise ValueError(f"line {node.lineno}: expected only assert statements (or a check(candidate) "
+                             f"function), got {type(node).__name__}")
+        out.append(ast.get_source_segment(text, node) or "")
+    return out
+
+
+def _pairs(items: list[Any]) -> list[tuple[str, str]]:
+    pairs = []
+    for i, item in enumerate(items, 1):
+        if not isinstance(item, dict) or set(item) != {"input", "output"}:
+            got = sorted(item) if isinstance(item, dict) else type(item).__name__
+            raise ValueError(f"stdio test {i} must be an object with exactly the keys 'input' and 'output', got {got}")
+        for key in ("input", "output"):
+            if not isinstance(item[key], str):
+                raise ValueError(f"stdio test {i}: {key!r} must be a string, got {type(item[key]).__name__}")
+        pairs.append((item["input"], item["output"]))
+    return pairs
+
+
+def parse_tests(reference: str, entry_point: str | None = None, options: Mapping[str, Any] | None = None) -> ProgramTests:
+    """ProgramTests of one reference (see the module docstring); ValueError if unusable."""
+    options = options or {}
+    entry_point = entry_point or options.get("entry_point") or None
+    text = reference.strip()
+    data: Any = text
+    if text.startswith(("[", "{")):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = text
+    if isinstance(data, dict):
+        raise ValueError("the tests must be a list (of assert strings or of {'input', 'output'} objects) or a "
+                         "string, got an object")
+    if isinstance(data, list):
+        if not data:
+            raise ValueError("a code task needs at least one test")
+        if all(isinstance(x, str) for x in data):
+            return assert_tests(data, timeout_s=_timeout(options, 5.0))
+        if all(isinstance(x, dict) for x in data):
+            return stdio_tests(_pairs(data), timeout_s=_timeout(options, 2.0))
+        raise ValueError("the tests must be a list of assert strings or a list of {'input', 'output'} objects, "
+                         "not a mix")
+    if re.search(r"^def\s+check\s*\(", text, re.MULTILINE):
+        if not entry_point:
+            raise ValueError("a check(candidate) test needs the function's name: map a column with "
+                             "fields={'entry_point': ...} or pass options={'entry_point': ...}")
+        if not entry_point.isidentifier():
+            raise ValueError(f"entry_point {entry_point!r} is not a Python identifier")
+        return humaneval_tests(text, entry_point, timeout_s=_timeout(options, 5.0))
+    tests = assert_tests(_asserts_of_text(text), timeout_s=_timeout(options, 5.0))
+    return tests
+
+
+def _prepare(reference: str, row: Any, options: Mapping[str, Any]) -> ProgramTests:
+    return parse_tests(reference, getattr(row, "entry_point", None), options)
+
+
+def program_text(answer: str) -> str:
+    """The answer with one surrounding ``` fence (```python ...```) removed."""
+    match = _FENCE_RE.match(answer.strip())
+    return match.group(1) if match else answer
+
+
+def _grade_code(answer: str, tests: Any, options: Mapping[str, Any]) -> Grade:
+    if not isinstance(tests, ProgramTests):  # a bare reference string (not prepared at load)
+        tests = parse_tests(str(tests), None, options)
+    return grade_program(program_text(answer), tests)
+
+
+def _check_options(reference: str, options: Mapping[str, Any]) -> str | None:
+    try:
+        _timeout(options, 1.0)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+CODE = register_verifier(VerifierKind(
+    "code", _grade_code, {"timeout_s": None, "entry_point": ""}, _check_options,
+    demonstrate=lambda ref: "",
+    answer_format="a complete Python program or function (optionally in one ```python fence)",
+    prepare=_prepare, structured_reference=True, tags=("sandbox", "python", "program"),
+    max_answer_chars=MAX_ANSWER_CHARS))

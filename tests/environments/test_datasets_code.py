@@ -1,0 +1,158 @@
+"""Dataset domains with the `code` verifier: unit tests in the answer field, graded in the sandbox."""
+
+import json
+import uuid
+
+import gymnasium
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import environments  # noqa: F401  (registers domains)
+from environments import datasets, programs, sandbox
+from environments.datasets import code
+
+CHECK = "def check(candidate):\n    for n in range(5):\n        assert candidate(n) == n * n + 1\n"
+ROWS = [
+    {"id": "add", "prompt": "Write add(a, b) returning a + b.", "split": "train",
+     "tests": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]},
+    {"id": "rev", "prompt": "Write rev(s) returning s reversed.", "split": "train",
+     "tests": ["assert rev('abc') == 'cba'", "assert rev('') == ''"]},
+    {"id": "even", "prompt": "Write is_even(n).", "split": "train",
+     "tests": "assert is_even(4)\nassert not is_even(3)\nassert is_even(0) == True\n"},
+    {"id": "sq1", "prompt": "Write sq1(n) returning n*n + 1.", "split": "train", "tests": CHECK, "entry": "sq1"},
+    {"id": "sum", "prompt": "Read two integers from stdin and print their sum.", "split": "train",
+     "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4\n", "output": "6"}]},
+    {"id": "echo", "prompt": "Print each input line upper-cased.", "split": "train",
+     "tests": [{"input": "ab\ncd\n", "output": "AB\nCD\n"}]},
+]
+RIGHT = {
+    "add": "def add(a, b):\n    return a + b",
+    "rev": "```python\ndef rev(s):\n    return s[::-1]\n```",
+    "even": "def is_even(n):\n    return n % 2 == 0",
+    "sq1": "def sq1(n):\n    return n * n + 1",
+    "sum": "a, b = map(int, input().split())\nprint(a + b)",
+    "echo": "import sys\nfor line in sys.stdin:\n    print(line.strip().upper())",
+}
+WRONG = {
+    "add": ("def add(a, b):\n    return a - b", "add(1, 2)"),
+    "rev": ("def rev(s):\n    return s", "rev('abc')"),
+    "even": ("def is_even(n):\n    return n % 2 == 1", "is_even(4)"),
+    "sq1": ("def sq1(n):\n    return n * n", "check(candidate) failed"),
+    "sum": ("a, b = map(int, input().split())\nprint(a - b)", "test 1 failed"),
+    "echo": ("import sys\nprint(sys.stdin.read())", "test 1 failed"),
+}
+ALWAYS_EQUAL = ("class E:\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n"
+                "    def __bool__(self): return True\n")
+FIELDS = {"answer": "tests", "entry_point": "entry"}
+
+
+def _id() -> str:
+    return f"rlpt/dataset-c{uuid.uuid4().hex[:12]}-v0"
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _tasks_by_id(env):
+    """{row id: seed} reaching every row."""
+    seeds = {}
+    prompts = {r["prompt"]: r["id"] for r in ROWS}
+    for seed in range(300):
+        obs, _ = env.reset(seed=seed)
+        seeds.setdefault(prompts[obs], seed)
+        if len(seeds) == len(ROWS):
+            return seeds
+    raise AssertionError(f"reset never drew {set(prompts.values()) - set(seeds)}")
+
+
+def test_code_domain_grades_in_the_sandbox(tmp_path):
+    spec = datasets.register_file(_id(), _jsonl(tmp_path / "c.jsonl", ROWS), verifier="code", fields=FIELDS)
+    assert "sandbox" in spec.tags and "code" in spec.tags and spec.max_answer_chars == code.MAX_ANSWER_CHARS
+    env = gymnasium.make(spec.id)
+    for row_id, seed in _tasks_by_id(env).items():
+        env.reset(seed=seed)
+        _, reward, _, _, info = env.step(RIGHT[row_id])
+        assert (info["verdict"], reward) == ("PASS", 1.0), (row_id, info)
+        env.reset(seed=seed)
+        answer, named = WRONG[row_id]
+        _, reward, _, _, info = env.step(answer)
+        assert (info["verdict"], reward) == ("FAIL", 0.0), (row_id, info)
+        assert named in info["feedback"], (row_id, info["feedback"])
+        if row_id in ("add", "rev", "even", "sq1"):
+            env.reset(seed=seed)
+            fn = {"add": "add(a, b)", "rev": "rev(s)", "even": "is_even(n)", "sq1": "sq1(n)"}[row_id]
+            cheat = ALWAYS_EQUAL + f"def {fn}:\n    return E()"
+            _, reward, _, _, info = env.step(cheat)
+            assert info["verdict"] != "PASS" and reward == 0.0, (row_id, info)
+
+
+def test_tests_are_parsed_once_at_load(tmp_path):
+    tasks = datasets.load_tasks(_jsonl(tmp_path / "c.jsonl", ROWS), "code", fields=FIELDS)
+    forms = [task.hidden.form for task, _ in tasks]
+    assert all(isinstance(task.hidden, programs.ProgramTests) for task, _ in tasks)
+    assert forms == ["asserts", "asserts", "asserts", "check", "stdio", "stdio"]
+    assert tasks[3][0].hidden.entry == "sq1" and tasks[0][0].demonstration == ""
+    assert tasks[4][0].hidden.timeout_s == 2.0
+    timed = datasets.load_tasks(tmp_path / "c.jsonl", "code", fields=FIELDS, options={"timeout_s": 1.5})
+    assert {t.hidden.timeout_s for t, _ in timed} == {1.5}
+
+
+def test_parquet_loads_the_same_tasks(tmp_path):
+    path = tmp_path / "c.parquet"
+    # Parquet columns have one type: tests as JSON text, a supported form of the reference.
+    rows = [{**r, "tests": r["tests"] if isinstance(r["tests"], str) else json.dumps(r["tests"]),
+             "entry": r.get("entry")} for r in ROWS]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    from_jsonl = datasets.load_tasks(_jsonl(tmp_path / "c.jsonl", ROWS), "code", fields=FIELDS)
+    assert datasets.load_tasks(path, "code", fields=FIELDS) == from_jsonl
+    # A list<string> column (MBPP's test_list as Parquet) works too.
+    mbpp = tmp_path / "m.parquet"
+    pq.write_table(pa.Table.from_pylist([{k: ROWS[0][k] for k in ("id", "prompt", "tests")}]), mbpp)
+    [(task, _)] = datasets.load_tasks(mbpp, "code", fields={"answer": "tests"})
+    assert task.hidden == from_jsonl[0][0].hidden
+
+
+def test_entry_point_option(tmp_path):
+    path = _jsonl(tmp_path / "h.jsonl", [{"prompt": "Write sq1.", "tests": CHECK}])
+    with pytest.raises(ValueError, match=r"h\.jsonl: line 1: field 'tests': .*entry_point"):
+        datasets.load_tasks(path, "code", fields={"answer": "tests"})
+    [(task, _)] = datasets.load_tasks(path, "code", fields={"answer": "tests"}, options={"entry_point": "sq1"})
+    assert task.hidden.entry == "sq1"
+
+
+BAD_TESTS = {
+    "non-literal expected": (["assert f(1) == 2", "assert f(x) == g(y)"], "assert f\\(x\\) == g\\(y\\)"),
+    "not an assert": ("x = 1\nassert f(x) == 1", "only assert statements"),
+    "syntax error": ("assert f(1) ==", "not valid Python"),
+    "empty list": ([], "empty"),
+    "mixed list": (["assert f(1) == 1", {"input": "", "output": ""}], "not a mix"),
+    "bad stdio pair": ([{"input": "1", "expected": "2"}], "'input' and 'output'"),
+    "an object": ({"input": "1", "output": "2"}, "got an object"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TESTS))
+def test_bad_tests_are_load_errors_naming_row_and_field(tmp_path, name):
+    tests, message = BAD_TESTS[name]
+    rows = [{"prompt": "ok", "tests": ["assert f(1) == 2"]}, {"prompt": "bad", "tests": tests}]
+    with pytest.raises(ValueError, match=rf"b\.jsonl: line 2: field 'tests'.*{message}"):
+        datasets.register_file(_id(), _jsonl(tmp_path / "b.jsonl", rows), verifier="code", fields={"answer": "tests"})
+
+
+def test_other_kinds_still_refuse_list_answers(tmp_path):
+    path = _jsonl(tmp_path / "l.jsonl", [{"prompt": "p", "answer": ["assert f(1) == 2"]}])
+    with pytest.raises(ValueError, match="must be str or int or float"):
+        datasets.load_tasks(path, "exact")
+
+
+def test_sandbox_failures_are_sandbox_error(tmp_path, monkeypatch):
+    spec = datasets.register_file(_id(), _jsonl(tmp_path / "c.jsonl", ROWS[:1]), verifier="code", fields=FIELDS)
+    env = gymnasium.make(spec.id)
+    monkeypatch.setattr(programs.sandbox, "run",
+                        lambda job: sandbox.JobResult(sandbox.Status.SANDBOX_ERROR, detail="worker died"))
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(RIGHT["add"])
+    assert info["verdict"] == "SANDBOX_ERROR" and info["infra_error"] and reward == 0.0
