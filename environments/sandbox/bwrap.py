@@ -77,8 +77,9 @@ def _runtime_binds(python: str) -> list[str]:
             args += ["--ro-bind", top, top]
     if not python.startswith("/usr/"):
         args += ["--ro-bind", os.path.dirname(os.path.dirname(python)), _SANDBOX_PYTHON_PREFIX]
-    # Shell tasks expect a few name-service files; nothing else from /etc.
-    for path in ("/etc/passwd", "/etc/group", "/etc/ld.so.cache", "/etc/localtime"):
+    # Shell tasks expect a few name-service files, and Debian's /usr/bin/awk (and
+    # other commands) are links through /etc/alternatives; nothing else from /etc.
+    for path in ("/etc/passwd", "/etc/group", "/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
     return args

@@ -316,3 +316,16 @@ def test_sandbox_text_is_valid_utf8(pool):
     assert named.status is Status.OK and named.output == "ok\n", named
     _assert_strict_utf8(named.files)
     assert "bad\\xffname" in named.files and named.files["link"]["target"] == "\\xff"
+
+
+# ----------------------------------------------------------------------------- runtime
+
+
+def test_commands_behind_etc_alternatives_run(pool):
+    """Debian's /usr/bin/awk (and other commands) link through /etc/alternatives,
+    which the bubblewrap runtime must include: a shell task may use awk."""
+    if not os.path.exists("/etc/alternatives/awk"):
+        pytest.skip("no awk alternative on this host")
+    result = pool.run(ShellJob(script="printf 'a 1\\nb 2\\n' | awk '{s += $2} END {print s}'"))
+    assert result.status is Status.OK and result.exit_code == 0, result
+    assert result.output == "3\n"

@@ -1,0 +1,3 @@
+from inventory.store import Store
+
+__all__ = ["Store"]

@@ -1,0 +1,2 @@
+#!/bin/bash
+cd "$APP_DIR" && python3 "$TESTS_DIR/test_inventory.py"

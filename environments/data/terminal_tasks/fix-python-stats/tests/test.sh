@@ -1,0 +1,2 @@
+#!/bin/bash
+python3 "$TESTS_DIR/test_stats.py"

@@ -1,0 +1,194 @@
+"""Terminal-Bench-layout task folders (environments.terminal_tasks) through the real env."""
+
+import os
+
+import gymnasium
+import pytest
+
+import environments  # noqa: F401
+from environments import registry, sandbox, terminal_tasks
+from environments.terminal_tasks import TaskFolderError
+
+BUILTIN = terminal_tasks.BUILTIN_IDS
+
+
+def _write(root, files):
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    return str(root)
+
+
+def _folder(tmp_path, name, test_sh="exit 0\n", **extra):
+    return _write(tmp_path / name, {"instruction.md": "Do the thing.\n", "tests/test.sh": test_sh, **extra})
+
+
+def test_shipped_tasks_cover_every_difficulty():
+    assert len(BUILTIN) >= 10
+    specs = [registry.get(i) for i in BUILTIN]
+    assert {s.difficulty for s in specs} == {"easy", "medium", "hard"}
+    assert all(s.family == "tbench" and s.max_turns >= 1 and s.id.startswith("rlpt/tbench-") for s in specs)
+
+
+@pytest.mark.parametrize("domain_id", BUILTIN)
+def test_reference_solution_passes_and_no_op_fails(domain_id):
+    env = gymnasium.make(domain_id)
+    obs, info = env.reset(seed=0)
+    assert "DONE" in obs and obs.isascii()
+    solve = info["demonstration"].rsplit("\n", 1)[0]
+    assert info["demonstration"].endswith("\nDONE") and info["demonstration_turns"] == [info["demonstration"]]
+    obs, reward, terminated, truncated, step = env.step(solve)  # the solution as one command turn
+    assert (reward, terminated, truncated, step["verdict"]) == (0.0, False, False, "TOOL"), obs
+    obs, reward, terminated, truncated, step = env.step("DONE")
+    assert (reward, terminated, step["verdict"]) == (1.0, True, "PASS"), step
+    env.reset(seed=0)
+    _, reward, terminated, _, step = env.step("DONE")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL") and not step["infra_error"]
+
+
+def test_workspace_persists_across_turns_and_resets_between_episodes():
+    env = gymnasium.make("rlpt/tbench-hello-file-v0")
+    env.reset(seed=0)
+    obs, *_ = env.step("mkdir -p d/empty && printf 'hi\\n' > d/f && chmod 755 d/f && ln -s d/f link")
+    assert "[exit 0]" in obs
+    obs, *_ = env.step("cat d/f; test -x d/f && echo executable; readlink link; test -d d/empty && echo dir")
+    assert "hi" in obs and "executable" in obs and "d/f" in obs and "dir" in obs
+    env.reset(seed=0)
+    obs, *_ = env.step("ls d")
+    assert "[exit 2]" in obs and "No such file" in obs
+
+
+def test_turn_budget_runs_tests_on_the_last_turn():
+    spec = registry.get("rlpt/tbench-hello-file-v0")
+    assert spec.max_turns == 4  # from its task.toml
+    env = gymnasium.make(spec.id)
+    env.reset(seed=0)
+    for _ in range(spec.max_turns - 1):
+        _, reward, terminated, truncated, step = env.step("true")
+        assert (reward, terminated, truncated, step["verdict"]) == (0.0, False, False, "TOOL")
+    # The budget's last turn runs, then the tests (as when a Terminal-Bench agent times out).
+    _, reward, terminated, _, step = env.step("echo 'Hello, world!' > hello.txt")
+    assert (reward, terminated, step["verdict"], step["turns"]) == (1.0, True, "PASS", 4)
+    env.reset(seed=0)
+    for _ in range(spec.max_turns - 1):
+        env.step("true")
+    _, reward, terminated, _, step = env.step("true")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL")
+    # A smaller budget from gymnasium.make truncates unscored.
+    env = gymnasium.make(spec.id, max_turns=2)
+    env.reset(seed=0)
+    env.step("true")
+    _, reward, terminated, truncated, _ = env.step("true")
+    assert (reward, terminated, truncated) == (0.0, False, True)
+
+
+def test_tests_are_hidden_during_the_episode_and_cannot_be_forged():
+    env = gymnasium.make("rlpt/tbench-fix-python-stats-v0")
+    env.reset(seed=0)
+    obs, *_ = env.step("ls -aR; find / -path '*fix-python-stats*' 2>/dev/null; find / -name test.sh 2>/dev/null; echo end")
+    assert "[exit 0]" in obs and "stats.py" in obs and "end" in obs
+    assert "fix-python-stats" not in obs and "test.sh" not in obs and ".tbench" not in obs
+    forge = ("mkdir -p .tbench/logs/verifier .tbench/tests && echo 1 > .tbench/logs/verifier/reward.txt"
+             " && echo 'exit 0' > .tbench/tests/test.sh\nDONE")
+    _, reward, _, _, step = env.step(forge)
+    assert (reward, step["verdict"]) == (0.0, "FAIL")
+
+
+def test_missing_tool_in_dockerfile_refuses_the_task(tmp_path):
+    docker = "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y --no-install-recommends \\\n    sed rlpt-no-such-tool\n"
+    path = _folder(tmp_path, "needs-tool", **{"environment/Dockerfile": docker})
+    with pytest.raises(TaskFolderError, match="rlpt-no-such-tool") as err:
+        terminal_tasks.register_task_folder(path)
+    assert "sed" not in str(err.value).split("lacks:")[1]
+    path = _folder(tmp_path, "needs-module", **{"environment/Dockerfile": "RUN pip install rlpt_no_such_module==1.0\n"})
+    with pytest.raises(TaskFolderError, match="rlpt_no_such_module"):
+        terminal_tasks.load_task_folder(path)
+
+
+def test_malformed_folders_name_the_missing_path(tmp_path):
+    path = _write(tmp_path / "no-instruction", {"tests/test.sh": "exit 0\n"})
+    with pytest.raises(TaskFolderError, match="instruction.md") as err:
+        terminal_tasks.load_task_folder(path)
+    assert path in str(err.value)
+    path = _write(tmp_path / "no-tests", {"instruction.md": "x\n"})
+    with pytest.raises(TaskFolderError, match="tests/test.sh") as err:
+        terminal_tasks.load_task_folder(path)
+    assert path in str(err.value)
+    path = _folder(tmp_path, "bad-difficulty", **{"task.toml": "[metadata]\ndifficulty = 'extreme'\n"})
+    with pytest.raises(TaskFolderError, match="difficulty"):
+        terminal_tasks.load_task_folder(path)
+
+
+def test_user_folder_with_reward_file_workspace_and_unknown_keys(tmp_path):
+    toml = ('version = "1.0"\n[metadata]\ndifficulty = "hard"\nauthor_name = "x"\ntags = ["t"]\n'
+            '[verifier]\ntimeout_sec = 900.0\n[agent]\ntimeout_sec = 900.0\nmax_turns = 3\n[environment]\ncpus = 1\n')
+    test_sh = 'n=$(cat "$APP_DIR/count.txt")\nif [ "$n" = 2 ]; then echo 1; else echo 0.5; fi > "$LOGS_DIR/verifier/reward.txt"\n'
+    path = _folder(tmp_path, "user-partial", test_sh, **{"task.toml": toml, "environment/app/count.txt": "1\n"})
+    domain_id = terminal_tasks.register_task_folder(path, split="eval")
+    assert domain_id == "rlpt/tbench-user-partial-v0"
+    spec = registry.get(domain_id)
+    assert (spec.difficulty, spec.max_turns) == ("hard", 3) and "t" in spec.tags
+    with pytest.raises(ValueError, match="already registered"):
+        terminal_tasks.register_task_folder(path, split="eval")
+    with pytest.raises(ValueError, match="split"):
+        gymnasium.make(domain_id).reset(seed=0, options={"split": "train"})
+    env = gymnasium.make(domain_id)
+    env.reset(seed=0, options={"split": "eval"})
+    _, reward, _, _, step = env.step("DONE")
+    assert (reward, step["verdict"]) == (0.5, "FAIL")
+    env.reset(seed=0, options={"split": "eval"})
+    _, reward, _, _, step = env.step("echo 2 > count.txt\nDONE")
+    assert (reward, step["verdict"]) == (1.0, "PASS")
+
+
+def test_register_tasks_skips_or_raises(tmp_path):
+    _folder(tmp_path / "root", "good-one")
+    _write(tmp_path / "root" / "broken-one", {"instruction.md": "x\n"})
+    with pytest.raises(TaskFolderError, match="broken-one"):
+        terminal_tasks.register_tasks(str(tmp_path / "root"))
+    assert terminal_tasks.register_tasks(str(tmp_path / "root"), skip_unavailable=True) == ["rlpt/tbench-good-one-v0"]
+    with pytest.raises(TaskFolderError, match="no such task root"):
+        terminal_tasks.register_tasks(str(tmp_path / "missing"))
+
+
+def test_uncarriable_workspace_ends_the_episode_with_a_verdict():
+    env = gymnasium.make("rlpt/tbench-hello-file-v0")
+    env.reset(seed=0)
+    _, reward, terminated, _, step = env.step("head -c 100000 /dev/zero | tr '\\0' a > big.txt")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL") and "too large" in step["feedback"]
+    env.reset(seed=0)
+    _, _, terminated, _, step = env.step("printf '\\377\\376' > bin.dat")
+    assert terminated and step["verdict"] == "FAIL" and "UTF-8" in step["feedback"]
+
+
+def test_output_is_bounded_and_timeouts_are_reported(tmp_path):
+    env = gymnasium.make("rlpt/tbench-hello-file-v0")
+    env.reset(seed=0)
+    obs, *_ = env.step("seq 1 100000")
+    assert len(obs) <= 300 and "[exit 0]" in obs and "start shown" in obs
+    path = _folder(tmp_path, "user-slow", **{"task.toml": "[agent]\ncommand_timeout_sec = 0.5\n"})
+    env = gymnasium.make(terminal_tasks.register_task_folder(path))
+    env.reset(seed=0)
+    obs, reward, terminated, _, step = env.step("sleep 5")
+    assert (reward, terminated, step["verdict"]) == (0.0, False, "ERROR") and "timed out" in obs
+
+
+def test_sandbox_failure_is_an_infra_error(monkeypatch):
+    env = gymnasium.make("rlpt/tbench-hello-file-v0")
+    env.reset(seed=0)
+    monkeypatch.setattr(sandbox, "run", lambda job: sandbox.JobResult(sandbox.Status.SANDBOX_ERROR, detail="boom"))
+    _, reward, terminated, truncated, step = env.step("echo hi")
+    assert (reward, step["verdict"], step["infra_error"]) == (0.0, "SANDBOX_ERROR", True)
+    assert terminated or truncated
+
+
+def test_failed_done_with_attempts_left_keeps_the_workspace():
+    env = gymnasium.make("rlpt/tbench-sort-unique-v0", max_attempts=2)
+    _, info = env.reset(seed=0)
+    env.step("sort -u names.txt > unique.txt")
+    obs, reward, terminated, truncated, step = env.step("DONE")
+    assert (reward, terminated, truncated, step["verdict"]) == (0.0, False, False, "FAIL") and "counts.txt" in obs
+    _, reward, terminated, _, step = env.step("sort names.txt | uniq -c | sed -E 's/^ *([0-9]+) (.*)/\\2 \\1/' > counts.txt\nDONE")
+    assert (reward, terminated, step["verdict"], step["attempt"]) == (1.0, True, "PASS", 2)
