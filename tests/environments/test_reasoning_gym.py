@@ -1,0 +1,119 @@
+"""reasoning-gym generators as "rg" domains (environments/families/reasoning_gym.py)."""
+
+import re
+
+import gymnasium
+import numpy as np
+import pytest
+
+import environments  # noqa: F401  (registers domains)
+from environments import registry, splits
+from environments.families import reasoning_gym as rgf
+from environments.verdicts import Task, Verdict
+
+factory = pytest.importorskip("reasoning_gym.factory")
+
+SPECS = registry.list_domains(family="rg")
+# A fixed, spread-out sample keeps the file fast; test_families covers every domain.
+SAMPLE = [s.id for s in SPECS[:: max(1, len(SPECS) // 12)]]
+
+
+def test_every_generator_is_registered_or_left_out_with_a_reason():
+    names = set(factory.DATASETS)
+    registered = {s.tags[2] for s in SPECS}
+    assert registered | set(rgf.LEFT_OUT) == names
+    assert not registered & set(rgf.LEFT_OUT)
+    assert all(isinstance(r, str) and r.strip() for r in rgf.LEFT_OUT.values())
+    assert len(registered) >= 60
+    assert len(SPECS) >= 180
+    assert {s.difficulty for s in SPECS} == set(registry.DIFFICULTIES)
+
+
+def test_naming_and_levels():
+    pattern = re.compile(r"^rlpt/rg-[a-z0-9-]+-(easy|medium|hard)-v0$")
+    for spec in SPECS:
+        assert pattern.match(spec.id), spec.id
+        name = spec.tags[2]
+        assert spec.id == f"rlpt/rg-{name.lower().replace('_', '-')}-{spec.difficulty}-v0"
+        assert registry.domain(spec.id).level == rgf.levels(name)[spec.difficulty]
+    # A curriculum-less generator gets one default-config "medium" domain.
+    for name in set(factory.DATASETS) - set(factory.CURRICULA) - set(rgf.LEFT_OUT):
+        ids = [s.id for s in SPECS if s.tags[2] == name]
+        assert ids == [f"rlpt/rg-{name.replace('_', '-')}-medium-v0"]
+
+
+@pytest.mark.parametrize("domain_id", SAMPLE)
+def test_reset_is_deterministic_and_splits_are_disjoint(domain_id):
+    first = gymnasium.make(domain_id)
+    obs_a, info_a = first.reset(seed=7)
+    for _ in range(3):  # a dataset that has already served other items still gives the same task
+        first.reset(seed=11)
+    obs_b, info_b = first.reset(seed=7)
+    obs_c, _ = gymnasium.make(domain_id).reset(seed=7)
+    assert obs_a == obs_b == obs_c and info_a["task_id"] == info_b["task_id"]
+    domain = registry.domain(domain_id)
+    keys = {split: {splits.draw(domain, np.random.default_rng(i), split).key for i in range(4)} for split in splits.SPLITS}
+    assert not keys["train"] & keys["eval"]
+    assert all(splits.split_of(k) == split for split, ks in keys.items() for k in ks)
+
+
+@pytest.mark.parametrize("domain_id", SAMPLE)
+def test_reference_passes_and_wrong_answers_do_not(domain_id):
+    env = gymnasium.make(domain_id)
+    obs, info = env.reset(seed=3)
+    assert obs.isascii() and len(obs) <= registry.get(domain_id).max_prompt_chars
+    assert obs == env.unwrapped.task.hidden["question"]  # reasoning-gym's question verbatim
+    _, reward, terminated, _, step = env.step(info["demonstration"])
+    assert (reward, terminated, step["verdict"]) == (1.0, True, "PASS")
+    for wrong in ("@@@ ???", "qqqq"):
+        env.reset(seed=3)
+        _, reward, _, _, step = env.step(wrong)
+        assert step["verdict"] in ("FAIL", "MALFORMED") and 0.0 <= reward < 1.0 and not step["infra_error"]
+
+
+def test_partial_credit_and_crashing_scorer():
+    domain = registry.domain(SPECS[0].id)
+    task = domain.sample(np.random.default_rng(0))
+
+    class Scorer:
+        def __init__(self, result):
+            self.result = result
+
+        def score_answer(self, answer, entry):
+            if isinstance(self.result, Exception):
+                raise self.result
+            return self.result
+
+    real = domain._cached
+    try:
+        domain._cached = Scorer(0.5)
+        grade = domain.grade(task, "x")
+        assert (grade.verdict, grade.reward) == (Verdict.FAIL, 0.5)
+        domain._cached = Scorer(ValueError("bad entry"))
+        grade = domain.grade(task, "x")
+        assert grade.verdict is Verdict.SANDBOX_ERROR and grade.infra_error and grade.reward == 0.0
+        domain._cached = Scorer(float("nan"))
+        assert domain.grade(task, "x").reward == 0.0
+    finally:
+        domain._cached = real
+
+
+def test_unusable_entries_are_redrawn():
+    domain = registry.domain(SPECS[0].id)
+    good = {"question": "What is 2+2?", "answer": "4", "metadata": {}}
+    bad = [{"question": "caf\u00e9?", "answer": "4"}, {"question": "q", "answer": "  "}, {"question": "x" * (domain.spec.max_prompt_chars + 1), "answer": "1"}]
+
+    class Fake:
+        def __init__(self):
+            self.items = bad + [good]
+
+        def __getitem__(self, idx):
+            return self.items.pop(0)
+
+    real = domain._cached
+    try:
+        domain._cached = Fake()
+        task = domain.sample(np.random.default_rng(0))
+        assert isinstance(task, Task) and (task.prompt, task.demonstration) == ("What is 2+2?", "4")
+    finally:
+        domain._cached = real
