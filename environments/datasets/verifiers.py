@@ -186,6 +186,22 @@ _LATEX_WORDS = {
 _DROP = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\ ", r"\displaystyle", "^\\circ", "^{\\circ}", r"\%")
 
 
+def _latex_argument(s: str, i: int) -> tuple[str, int] | None:
+    """The converted argument of a LaTeX command starting at s[i] (`{...}` or a
+    single character, as in `\\frac12`) and the index after it; None if malformed."""
+    if i < len(s) and s[i] == "{":
+        inner = _braced(s, i + 1)
+        if inner is None:
+            return None
+        i += len(inner) + 2
+    elif i < len(s) and s[i].isalnum():
+        inner, i = s[i], i + 1
+    else:
+        return None
+    conv = _latex_to_text(inner)
+    return None if conv is None else (conv, i)
+
+
 def _latex_to_text(s: str) -> str | None:
     """LaTeX subset -> sympy-parsable text: \\frac, \\sqrt (incl. [n]), ^{}, \\pi, \\cdot...
     None when a command is unknown or braces are unbalanced."""
@@ -198,18 +214,10 @@ def _latex_to_text(s: str) -> str | None:
             for _ in range(2):
                 while i < len(s) and s[i] == " ":
                     i += 1
-                if i < len(s) and s[i] == "{":
-                    inner = _braced(s, i + 1)
-                    if inner is None:
-                        return None
-                    i += len(inner) + 2
-                elif i < len(s) and s[i].isalnum():  # \frac12
-                    inner, i = s[i], i + 1
-                else:
+                arg = _latex_argument(s, i)
+                if arg is None:
                     return None
-                conv = _latex_to_text(inner)
-                if conv is None:
-                    return None
+                conv, i = arg
                 parts.append(conv)
             out.append(f"(({parts[0]})/({parts[1]}))")
         elif s.startswith("\\sqrt", i):
@@ -221,18 +229,10 @@ def _latex_to_text(s: str) -> str | None:
                     return None
                 root = _latex_to_text(s[i + 1:end])
                 i = end + 1
-            if i < len(s) and s[i] == "{":
-                inner = _braced(s, i + 1)
-                if inner is None:
-                    return None
-                i += len(inner) + 2
-            elif i < len(s) and s[i].isalnum():
-                inner, i = s[i], i + 1
-            else:
+            arg = _latex_argument(s, i)
+            if arg is None:
                 return None
-            conv = _latex_to_text(inner)
-            if conv is None:
-                return None
+            conv, i = arg
             out.append(f"sqrt({conv})" if root is None else f"(({conv})**(1/({root})))")
         elif s[i] == "\\":
             word = re.match(r"\\[A-Za-z]+", s[i:])
