@@ -45,6 +45,7 @@ from typing import Any
 import gymnasium
 
 from environments import registry, splits
+from environments.sandbox.worker import valid_text as _valid_text
 from environments.spaces import AnyText
 from environments.verdicts import Grade, Task, ToolReply, Verdict, malformed
 
@@ -54,18 +55,6 @@ FEEDBACK_MAX_CHARS = 256
 
 def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _valid_text(text: str) -> str:
-    """`text` encodable as strict UTF-8: a lone surrogate (e.g. from a candidate's
-    exception message) becomes its backslash escape. Every observation and
-    feedback string leaves the env through here, so tokenizers that reject
-    surrogates (Hugging Face `tokenizers`) accept whatever a verifier reports."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class TaskEnv(gymnasium.Env[str, str]):

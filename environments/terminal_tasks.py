@@ -53,7 +53,6 @@ failures are SANDBOX_ERROR.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import re
@@ -309,9 +308,6 @@ def load_task_folder(path: str) -> TaskFolder:
 # ---------------------------------------------------------------- workspace carry
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
 
 @dataclasses.dataclass
 class Workspace:
@@ -348,7 +344,7 @@ def _carry(result: sandbox.JobResult) -> Workspace | str:
         elif kind == "file":
             if entry.get("truncated") or entry.get("sha256") is None:
                 return f"{path} ({entry['size']} bytes) is too large to carry (at most 64 KiB a file, 1 MiB in all)"
-            if _sha256(entry["data"]) != entry["sha256"]:
+            if sandbox.text_sha256(entry["data"]) != entry["sha256"]:
                 return f"{path} is not UTF-8 text; only text files can be carried between turns"
             ws.files[path] = entry["data"]
             if entry["mode"] != 0o644:

@@ -13,7 +13,6 @@ and longer inputs.
 
 from __future__ import annotations
 
-import hashlib
 
 import numpy as np
 
@@ -113,9 +112,6 @@ def max_prompt_chars(variant: str, distractors: int) -> int:
 VARIANTS = tuple(_INSTRUCTIONS)
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
 
 def _check(snapshot: dict, files: dict[str, str], expected: dict[str, str | None], complete: bool = True) -> str | None:
     """None if the workspace is right, else the first problem found.
@@ -146,7 +142,7 @@ def _check(snapshot: dict, files: dict[str, str], expected: dict[str, str | None
         if path in expected:
             continue
         got = snapshot.get(path)
-        if not got or got["type"] != "file" or got.get("sha256") != _sha256(content):
+        if not got or got["type"] != "file" or got.get("sha256") != sandbox.text_sha256(content):
             return f"{path} was changed or removed but should be left alone"
     return None
 

@@ -28,6 +28,7 @@ from environments.sandbox.pool import (
     SandboxPool,
     ShellJob,
     Status,
+    text_sha256,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "SandboxPool",
     "ShellJob",
     "Status",
+    "text_sha256",
     "default_pool",
     "run",
     "set_default_pool",

@@ -240,7 +240,7 @@ class WorkerCgroup:
         return [d for d in (self.memory_dir, self.pids_dir) if d is not None]
 
     def worker_view(self) -> dict:
-        """What the worker needs to watch its cgroup (see worker._MemoryMeter)."""
+        """What the worker needs to watch its cgroup (see cleanup._MemoryMeter)."""
         return {"mode": "cgroup", "dir": self.memory_dir, "events": self.events_file, "mechanism": self.layout.mechanism}
 
     def attach(self, pid: int) -> None:

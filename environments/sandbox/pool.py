@@ -14,13 +14,14 @@ never exhausts another's RLIMIT_NPROC; each worker gets its own memory
 cgroup where the host allows one (cgroup.py), capping a job's memory as a
 whole (`Limits.memory_bytes`, `Status.MEMORY`); and nothing a job creates
 (processes, System V IPC objects, files outside its work directory) reaches
-the next job (worker._clean_leftovers).
+the next job (cleanup._clean_leftovers).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from environments.sandbox import cgroup, uids
+from environments.sandbox import cgroup, cleanup, uids
 from environments.sandbox import worker as wire
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,11 @@ class JobResult:
     detail: str = ""
 
 
+def text_sha256(text: str) -> str:
+    """The "sha256" a workspace snapshot gives a file whose contents are `text` (UTF-8)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class Launcher(Protocol):
     """Builds the command line that starts one worker."""
 
@@ -208,7 +214,7 @@ JOB_UID_COUNT = 1000
 def default_worker_config() -> dict[str, Any]:
     """uid/gid: first job uid to lease (None: no uid drop). ipc / scratch:
     which System V IPC objects and which files outside the work dir count as
-    the job's leftovers, removed after each job (see worker._clean_leftovers)."""
+    the job's leftovers, removed after each job (see cleanup._clean_leftovers)."""
     root = os.geteuid() == 0
     return {
         "uid": JOB_UID_BASE if root else None,
@@ -509,7 +515,7 @@ class SandboxPool:
 
 def _remove_worker_dir(path: str | None) -> None:
     if path and os.path.basename(path).startswith("rlpt-sandbox-") and os.path.isdir(path) and not os.path.islink(path):
-        wire._force_rmtree(path)
+        cleanup._force_rmtree(path)
 
 
 def _memory_detail(memory_bytes: int, mechanism: str) -> str:

@@ -17,7 +17,7 @@ import os
 import stat
 import threading
 
-from environments.sandbox import worker as wire
+from environments.sandbox import cleanup
 
 # Where the lock files live: the first of these that is (or can be made) a
 # directory owned by this euid and writable by nobody else. /run is not swept
@@ -91,7 +91,7 @@ def acquire(first: int, count: int) -> UidLease | None:
 
 def kill_processes_of(uid: int) -> None:
     """SIGKILLs every process on the host whose /proc entry belongs to `uid`."""
-    wire.kill_until_gone(lambda: wire.processes_of(uid), collect=False)
+    cleanup.kill_until_gone(lambda: cleanup.processes_of(uid), collect=False)
 
 
 def _forget_in_child() -> None:
