@@ -136,6 +136,10 @@ def _unknown(domain_id: str) -> ValueError:
     return ValueError(f"unknown domain id {domain_id!r}{hint}")
 
 
+def is_registered(domain_id: str) -> bool:
+    return domain_id in _DOMAINS
+
+
 def get(domain_id: str) -> DomainSpec:
     """Spec of `domain_id`; unknown ids raise ValueError listing close matches."""
     return domain(domain_id).spec

@@ -203,12 +203,28 @@ class ShardingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DomainsConfig:
-  """Which registered environments a run draws tasks from, and how often."""
+  """Which registered environments a run draws tasks from, and how often.
+
+  files: dataset files to register as domains before the run starts, each
+    "rlpt/dataset-<name>-v0=path[:verifier][?field=column&...]"
+    (environments.datasets.parse_description). Their ids join ``ids`` (in
+    order, after it) unless ``ids`` already lists them.
+  """
 
   ids: tuple[str, ...] = ()
   weights: tuple[float, ...] = ()
+  files: tuple[str, ...] = ()
 
   def __post_init__(self):
+    file_ids = []
+    for i, desc in enumerate(self.files):
+      domain_id, sep, path = desc.partition("=") if isinstance(desc, str) else ("", "", "")
+      _require(bool(sep and path and domain_id.strip()),
+               f"domains.files[{i}] is {desc!r}; expected 'rlpt/dataset-<name>-v0=path[:verifier]"
+               "[?field=column&...]'.")
+      file_ids.append(domain_id.strip())
+    _require(len(set(file_ids)) == len(file_ids), f"domains.files names one id twice: {file_ids}.")
+    object.__setattr__(self, "ids", tuple(self.ids) + tuple(d for d in file_ids if d not in self.ids))
     _require(len(self.ids) > 0, "domains.ids is empty; list at least one registered domain id.")
     _require(len(set(self.ids)) == len(self.ids), f"domains.ids has duplicates: {self.ids}.")
     if self.weights:

@@ -98,7 +98,7 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
   step_fn = jit_step(sft_train_step, state_sh,
                      (batch_sharding(mesh, rules, 2), batch_sharding(mesh, rules, 2)), mesh,
                      graphdef=graphdef, optimizer=optimizer)
-  pool = EnvPool(cfg.domains.ids, workers=2)
+  pool = EnvPool(cfg.domains.ids, workers=2, files=cfg.domains.files)
   sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=cfg.seed)
   noise_rng = np.random.default_rng(cfg.seed + 7)
   writer = MetricsWriter(workdir)

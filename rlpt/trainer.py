@@ -51,7 +51,7 @@ from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_wi
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B, truncated_is_weights)
 from rlpt.rollout import build_sequences, encode_prompts
 from rlpt.rollout.batch import merge_parts, pad_width
-from rlpt.rollout.envs import make_env_pool
+from rlpt.rollout.envs import make_env_pool, register_domain_files
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.generation import RolloutSampling
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
@@ -225,6 +225,7 @@ class Trainer:
     self.gen.handoff(self._to_sample_layout(self.policy_params()))
 
   def _check_domains(self):
+    register_domain_files(self.cfg.domains.files)
     from environments import registry
     for d in self.cfg.domains.ids:
       spec = registry.get(d)

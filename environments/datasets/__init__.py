@@ -35,6 +35,7 @@ format, max_answer_chars (`register`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import pathlib
 from typing import Any, Iterator, Mapping, Sequence
@@ -196,7 +197,11 @@ def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math
         max_answer_chars=_max_answer_chars(kind, max_answer_chars),
         description=description or f"{pathlib.Path(path).name}: {len(tasks)} rows graded by the {verifier} verifier",
     )
-    registry.register(DatasetDomain(spec, tasks, verifier, options))
+    domain = DatasetDomain(spec, tasks, verifier, options)
+    domain.registration = _registration(dict(path=path, verifier=verifier, fields=fields, options=options,
+                                             difficulty=difficulty, tags=tags, format=format,
+                                             max_answer_chars=max_answer_chars, description=description))
+    registry.register(domain)
     return spec
 
 
@@ -205,20 +210,33 @@ _DESCRIPTION_KEYS = {"id", "path", "verifier", "fields", "options", "difficulty"
 
 
 def parse_description(description: str | Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of `register_file` from "rlpt/dataset-name-v0=path:verifier"
-    (":verifier" optional, default math) or from a dict with those keyword names
-    (and "id" for the domain id)."""
+    """Keyword arguments of `register_file` from a plain-data description.
+
+    A string "rlpt/dataset-name-v0=path[:verifier][?field=column&...]" (the
+    verifier defaults to math; each field=column pair maps one of the fields
+    prompt, answer, id, split, system, entry_point to the file's column), or a
+    dict with `register_file`'s keyword names ("id" for the domain id)."""
     if isinstance(description, str):
         domain_id, sep, rest = description.partition("=")
-        if not sep or not rest:
-            raise ValueError(f"dataset description {description!r} must look like 'rlpt/dataset-<name>-v0=path[:verifier]'")
+        if not sep or not rest or not domain_id.strip():
+            raise ValueError(f"dataset description {description!r} must look like "
+                             "'rlpt/dataset-<name>-v0=path[:verifier][?field=column&...]'")
+        rest, _, query = rest.partition("?")
+        fields = {}
+        for pair in filter(None, query.split("&")):
+            key, eq, column = pair.partition("=")
+            if not eq or not column or key not in loaders.FIELDS:
+                raise ValueError(f"dataset description {description!r}: {pair!r} must be field=column "
+                                 f"with field one of {list(loaders.FIELDS)}")
+            fields[key] = column
         path, verifier = rest, "math"
         head, colon, tail = rest.rpartition(":")
         if colon and tail in verifier_kinds():
             path, verifier = head, tail
         elif colon and tail and "/" not in tail and "." not in tail:
             get_verifier(tail)  # an unknown kind: raises listing the known ones
-        return {"domain_id": domain_id.strip(), "path": path, "verifier": verifier}
+        out = {"domain_id": domain_id.strip(), "path": path, "verifier": verifier}
+        return out | ({"fields": fields} if fields else {})
     if not isinstance(description, Mapping):
         raise ValueError(f"a dataset description must be a string or a dict, got {type(description).__name__}")
     unknown = sorted(set(description) - _DESCRIPTION_KEYS)
@@ -229,9 +247,38 @@ def parse_description(description: str | Mapping[str, Any]) -> dict[str, Any]:
     return {"domain_id": description["id"], **kwargs}
 
 
-def register(description: str | Mapping[str, Any]) -> registry.DomainSpec:
-    """`register_file` from a plain-data description (see `parse_description`)."""
-    return register_file(**parse_description(description))
+def register(description: str | Mapping[str, Any], exist_ok: bool = False) -> registry.DomainSpec:
+    """`register_file` from a plain-data description (see `parse_description`).
+
+    `exist_ok`: a domain already registered from the same description (the
+    same file, resolved, and arguments) is returned as it is, so a run's
+    several components, and a resumed run, may each register a config's files;
+    the same id from another file or with other arguments still raises."""
+    kwargs = parse_description(description)
+    kwargs["path"] = str(pathlib.Path(kwargs["path"]).expanduser().resolve())
+    domain_id = kwargs["domain_id"]
+    if exist_ok and registry.is_registered(domain_id):
+        existing = registry.domain(domain_id)
+        bound = inspect.signature(register_file).bind(**kwargs)
+        bound.apply_defaults()
+        if getattr(existing, "registration", None) == _registration(bound.arguments):
+            return existing.spec
+        raise ValueError(f"domain {domain_id!r} is already registered "
+                         f"({getattr(existing, 'registration', {}).get('path', 'not from a file')}); "
+                         f"choose another id for {kwargs['path']}")
+    return register_file(**kwargs)
+
+
+def _registration(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """What identifies a file registration: every argument, the path resolved."""
+    out = {k: v for k, v in kwargs.items() if v not in (None, "", {}, ()) and k != "domain_id"}
+    out["path"] = str(pathlib.Path(out["path"]).expanduser().resolve())
+    for k in ("fields", "options"):
+        if k in out:
+            out[k] = dict(out[k])
+    if "tags" in out:
+        out["tags"] = tuple(out["tags"])
+    return out
 
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -118,8 +119,8 @@ class EnvPool:
                max_turns: int = 0, *, sandbox_workers: int = 0,
                priorities: Mapping[str, float] | None = None, retries: int = 2,
                backoff_s: float = 0.05, job_timeout_s: float = 120.0, aging_s: float = 10.0,
-               latency_s: float = 0.0, latency_dist: str = "fixed"):
-    import environments  # noqa: F401  (registers the domains with gymnasium)
+               latency_s: float = 0.0, latency_dist: str = "fixed", files: Sequence[str] = ()):
+    register_domain_files(files)
     from environments import registry
 
     registered = set(gymnasium.registry)
@@ -310,6 +311,27 @@ class EnvPool:
           envs.pop().close()
 
 
+def register_domain_files(files: Sequence[str]) -> tuple[str, ...]:
+  """Registers each dataset-file description ("rlpt/dataset-<name>-v0=path[:verifier]
+  [?field=column&...]", `environments.datasets.parse_description`) as a domain,
+  once per process: a description registered before is kept, another file under
+  a registered id is a ValueError naming the entry. Every file is validated
+  whole here, before anything compiles. Returns the descriptions with their
+  paths made absolute, for processes started elsewhere (Ray actors)."""
+  import environments  # noqa: F401  (registers the built-in domains with gymnasium)
+  from environments import datasets
+  out = []
+  for i, desc in enumerate(files):
+    try:
+      datasets.register(desc, exist_ok=True)
+      domain_id, _, rest = desc.partition("=")
+      path = datasets.parse_description(desc)["path"]
+      out.append(f"{domain_id}={os.path.abspath(os.path.expanduser(path))}{rest[len(path):]}")
+    except ValueError as e:
+      raise ValueError(f"domains.files[{i}] ({desc!r}): {e}") from None
+  return tuple(out)
+
+
 def make_env_pool(cfg):
   """A run's environment pool (``TrainConfig``): this host's threads or Ray actors (``env.backend``)."""
   e, ro = cfg.env, cfg.rollout
@@ -317,7 +339,8 @@ def make_env_pool(cfg):
                 sandbox_workers=e.sandbox_workers,
                 priorities=dict(zip(cfg.domains.ids, e.priorities)) if e.priorities else None,
                 retries=e.retries, backoff_s=e.backoff_s, job_timeout_s=e.job_timeout_s,
-                aging_s=e.aging_s, latency_s=e.latency_s, latency_dist=e.latency_dist)
+                aging_s=e.aging_s, latency_s=e.latency_s, latency_dist=e.latency_dist,
+                files=register_domain_files(cfg.domains.files))
   if e.backend == "ray":
     from rlpt.rollout.ray_backend import RayEnvPool
     return RayEnvPool(cfg.domains.ids, workers=e.workers, address=e.ray_address,

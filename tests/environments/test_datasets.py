@@ -239,6 +239,35 @@ def test_plain_data_descriptions(tmp_path):
         datasets.register({"path": str(path)})
 
 
+def test_description_maps_fields_and_registers_once_per_file(tmp_path, monkeypatch):
+    path = write_jsonl(tmp_path / "q.jsonl", [{"question": f"{i} + 1?", "solution": str(i + 1)}
+                                              for i in range(20)])
+    domain_id = _id()
+    desc = f"{domain_id}={path}:numeric?prompt=question&answer=solution"
+    assert datasets.parse_description(desc) == {
+        "domain_id": domain_id, "path": str(path), "verifier": "numeric",
+        "fields": {"prompt": "question", "answer": "solution"}}
+    spec = datasets.register(desc, exist_ok=True)
+    # The same description again, and the same file by a relative path, are that domain.
+    monkeypatch.chdir(tmp_path)
+    assert datasets.register(f"{domain_id}=q.jsonl:numeric?prompt=question&answer=solution",
+                             exist_ok=True) is spec
+    with pytest.raises(ValueError, match="already registered"):
+        datasets.register(desc)  # exist_ok is off by default
+    other = write_jsonl(tmp_path / "r.jsonl", [{"question": "1?", "solution": "1"}])
+    with pytest.raises(ValueError, match=f"already registered.*q.jsonl.*another id for {re.escape(str(other))}"):
+        datasets.register(f"{domain_id}={other}:numeric?prompt=question&answer=solution", exist_ok=True)
+    with pytest.raises(ValueError, match="already registered"):  # same file, another verifier
+        datasets.register(f"{domain_id}={path}:exact?prompt=question&answer=solution", exist_ok=True)
+    with pytest.raises(ValueError, match="already registered.*arith-easy.jsonl"):
+        datasets.register({"id": "rlpt/dataset-arith-easy-v0", "path": str(path)}, exist_ok=True)
+    with pytest.raises(ValueError, match="already registered .not from a file"):
+        datasets.register(f"rlpt/math-add-easy-v0={path}", exist_ok=True)
+    for bad in (f"{_id()}={path}?question", f"{_id()}={path}?promt=question", "=x.jsonl"):
+        with pytest.raises(ValueError, match="field=column|must look like"):
+            datasets.parse_description(bad)
+
+
 def test_builtin_arith_domains_are_registered():
     ids = {s.id for s in registry.list_domains(family="dataset", tag="word-problem")}
     assert ids >= {f"rlpt/dataset-arith-{d}-v0" for d in registry.DIFFICULTIES}

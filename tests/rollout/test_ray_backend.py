@@ -58,3 +58,22 @@ def test_killed_actor_mid_episode_is_rebuilt_by_replay(pool):
   # The replacement actor serves new episodes.
   more = pool.start(_tasks(4))
   assert all(s.done for s in pool.step(more, [e.info["demonstration"] for e in more]))
+
+
+def test_actors_register_the_runs_dataset_files(pool, tmp_path, monkeypatch):
+  # The actors are other processes: each registers the file itself, from the
+  # absolute path the driver resolved (the description here is relative).
+  (tmp_path / "sums.jsonl").write_text(
+      "".join(f'{{"q": "{i} + {i}?", "a": "{2 * i}"}}\n' for i in range(30)), encoding="utf-8")
+  monkeypatch.chdir(tmp_path)
+  domain = "rlpt/dataset-raysums-v0"
+  from rlpt.rollout.envs import register_domain_files
+  files = register_domain_files([f"{domain}=sums.jsonl:numeric?prompt=q&answer=a"])
+  assert files == (f"{domain}={tmp_path / 'sums.jsonl'}:numeric?prompt=q&answer=a",)
+  remote = RayEnvPool([domain], workers=1, actors=1, files=files)
+  try:
+    eps = remote.start([Task(domain, s, "train") for s in range(4)])
+    steps = remote.step(eps, [e.info["demonstration"] for e in eps])
+    assert all(s.done and s.graded.success for s in steps)
+  finally:
+    remote.close()
