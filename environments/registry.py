@@ -130,10 +130,29 @@ def families() -> list[str]:
     return sorted({d.spec.family for d in _DOMAINS.values()})
 
 
+def _core(domain_id: str) -> str:
+    """The part of an id that tells domains apart ("rlpt/x-easy-v0" -> "x-easy")."""
+    core = domain_id.removeprefix("rlpt/")
+    head, sep, version = core.rpartition("-v")
+    return head if sep and version.isdigit() else core
+
+
+def close_matches(domain_id: str, n: int = 5) -> list[str]:
+    """Registered ids that look like `domain_id`, compared without the "rlpt/" and
+    "-vN" that every id shares (else everything looks close to everything)."""
+    by_core = {}
+    for d in _DOMAINS:
+        by_core.setdefault(_core(d), d)
+    return [by_core[c] for c in difflib.get_close_matches(_core(domain_id), list(by_core), n=n, cutoff=0.6)]
+
+
+def close_matches_hint(domain_id: str) -> str:
+    close = close_matches(domain_id)
+    return f"; close matches: {close}" if close else f" (none of the {len(_DOMAINS)} registered ids is close)"
+
+
 def _unknown(domain_id: str) -> ValueError:
-    close = difflib.get_close_matches(domain_id, list(_DOMAINS), n=5, cutoff=0.5)
-    hint = f"; close matches: {close}" if close else f"; {len(_DOMAINS)} domains are registered"
-    return ValueError(f"unknown domain id {domain_id!r}{hint}")
+    return ValueError(f"unknown domain id {domain_id!r}{close_matches_hint(domain_id)}")
 
 
 def is_registered(domain_id: str) -> bool:

@@ -9,6 +9,11 @@ The RL experiments build and cache this base on first use; to build it alone:
 
     python -m launch.pretrain --config=experiments/pretrain_base.py --workdir=runs/base
     python -m launch.pretrain --config=experiments/pretrain_base.py:smoke --workdir=/tmp/base
+    python -m launch.pretrain --config=experiments/pretrain_base.py:mixed --workdir=runs/base_mixed
+
+``:mixed`` is the base of experiments/grpo_mixed.py: the same model, trained
+longer on the demonstrations of that job's built-in, dataset-file and
+reasoning-gym domains, at its longer context.
 """
 
 import ml_collections
@@ -39,6 +44,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.batch_size = 16
     c.optim.update(warmup_steps=2, decay="constant")
     c.log_every = 5
+  elif arg == "mixed":
+    c.domains.ids = list(domains.mixed())
+    c.steps = 1000
+    c.max_len = 144
   elif arg:
-    raise ValueError(f"Unknown pretrain_base argument '{arg}'; expected '' or 'smoke'.")
+    raise ValueError(f"Unknown pretrain_base argument '{arg}'; expected '', 'smoke' or 'mixed'.")
   return c

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
 from absl import flags, logging
 
@@ -13,6 +15,122 @@ CPU_THREADS = flags.DEFINE_integer(
     "fixed so that a run is bit-identical on hosts with any number of cores (XLA:CPU splits "
     "each reduction into one partial sum per thread). 0: one thread per available core. "
     "Ignored where an accelerator plugin is installed.", lower_bound=0)
+
+
+USAGE_EXIT = 2  # the exit status of every user mistake on the command line
+
+
+def usage_error(message: str) -> NoReturn:
+  """Ends the program on a user mistake: one line on stderr, exit status 2."""
+  spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  prog = spec.name if spec is not None and spec.name else os.path.basename(sys.argv[0] or "rlpt")
+  print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+  sys.exit(USAGE_EXIT)
+
+
+def _config_key_message(config_cls, argv: Sequence[str]) -> str | None:
+  """The message for the first ``--config.a.b=v`` in ``argv`` whose key path is
+  not a field of ``config_cls`` (walking nested config dataclasses)."""
+  import rlpt.config
+  if isinstance(config_cls, str):
+    config_cls = getattr(rlpt.config, config_cls)
+  for arg in argv:
+    if arg.startswith("--config.") and "=" not in arg:
+      continue
+    if arg.startswith("--config."):
+      key = arg[len("--config."):].partition("=")[0]
+      message = rlpt.config.unknown_key_message(config_cls, key.split("."))
+      if message:
+        return message
+  return None
+
+
+def flags_parser(config_cls: str | type | None = None):
+  """An ``app.run`` flags parser (``config_cls``: the config dataclass, or its
+  name in rlpt.config, imported only on an error) that turns every command-line mistake into
+  `usage_error`: unknown or malformed flags, a config file that is missing or
+  whose ``get_config`` refuses its argument, an unknown ``--config.*`` key
+  (named with its closest field of ``config_cls``), a bad override value."""
+
+  def parse(argv):
+    try:
+      rest = flags.FLAGS(argv)
+    except (AttributeError, KeyError) as e:  # ml_collections: a --config.* path that does not exist
+      usage_error(_config_key_message(config_cls, argv) if config_cls else _one_line(e))
+    except flags.Error as e:
+      usage_error(_flag_error(e, argv, config_cls))
+    if "config" in flags.FLAGS:
+      _check_config_loaded(flags.FLAGS["config"])
+    return rest
+
+  return parse
+
+
+def _one_line(e: BaseException) -> str:
+  text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+  return " ".join(text.replace("\\n", " ").split())
+
+
+def _flag_error(e: flags.Error, argv: Sequence[str], config_cls) -> str:
+  """A flag error in one line, led by the flag as given, with the innermost
+  cause's own message (a config file's get_config raising, a value that does
+  not parse) in place of absl's wrapper and the tracebacks it embeds."""
+  chain = [e]
+  while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 16:
+    chain.append(nxt)
+  root = chain[-1]
+  if isinstance(root, (AttributeError, KeyError)) and config_cls is not None:
+    message = _config_key_message(config_cls, argv)
+    if message:
+      return message
+  text = str(e).split("\n", 1)[0]
+  flag = text[len("flag "):].partition(": ")[0] if text.startswith("flag --") else ""
+  if root is not e:
+    return f"{flag or 'flags'}: {_one_line(root)}"
+  return _one_line(text)
+
+
+def _check_config_loaded(flag) -> None:
+  """config_flags defers a config file's load failure to the first access."""
+  if not flag.present:
+    return
+  spec = flag.serialize().partition("=")[2] or flag.serialize()
+  path = spec.split(":", 1)[0]
+  if not os.path.isfile(path):
+    near = sorted(f for f in os.listdir(os.path.dirname(path) or ".") if f.endswith(".py")
+                  and not f.startswith("_")) if os.path.isdir(os.path.dirname(path) or ".") else []
+    usage_error(f"--config={spec}: no such config file '{path}'"
+                + (f"; the files beside it: {near}" if near else ""))
+  try:
+    flag.value  # noqa: B018  (raises the deferred load error)
+  except Exception as e:  # noqa: BLE001  any error in the user's config file
+    usage_error(f"--config={spec}: {type(e).__name__}: {_one_line(e)}")
+
+
+def check_domains(cfg) -> None:
+  """`rlpt.rollout.envs.check_domains` for a TrainConfig or PretrainConfig;
+  a mistake is a usage error."""
+  from rlpt.config import ConfigError
+  from rlpt.rollout.envs import check_domains as check
+  rollout = getattr(cfg, "rollout", None)
+  try:
+    check(cfg.domains, rollout.max_prompt_len if rollout is not None else None)
+  except ConfigError as e:
+    usage_error(f"invalid config: {e}")
+
+
+def check_workdir(path: str) -> str:
+  """Creates WORKDIR (and parents) and checks it is a writable directory;
+  otherwise a usage error naming --workdir."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    usage_error(f"--workdir={path}: exists and is not a directory")
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    usage_error(f"--workdir={path}: cannot be created ({e.strerror})")
+  if not os.access(path, os.W_OK | os.X_OK):
+    usage_error(f"--workdir={path}: is not writable")
+  return path
 
 
 def pin_cpu_threads() -> None:
@@ -25,8 +143,7 @@ def pin_cpu_threads() -> None:
   try:
     set_cpu_threads(CPU_THREADS.value)
   except (ValueError, RuntimeError) as e:
-    from absl import app
-    raise app.UsageError(f"--cpu_threads={CPU_THREADS.value}: {e}") from e
+    usage_error(f"--cpu_threads={CPU_THREADS.value}: {e}")
 
 
 def typed_config(cls, config_dict):
@@ -35,8 +152,7 @@ def typed_config(cls, config_dict):
   try:
     return from_config_dict(cls, config_dict)
   except ConfigError as e:
-    logging.error("Invalid config: %s", e)
-    sys.exit(f"Invalid config: {e}")
+    usage_error(f"invalid config: {e}")
 
 
 def quiet_libraries() -> None:

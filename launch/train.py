@@ -56,15 +56,17 @@ def _cpu_devices(cfg) -> int:
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    common.usage_error(f"unexpected arguments {argv[1:]}; every setting is a --flag or --config.<key>=<value>")
   common.quiet_libraries()
   from rlpt.config import TrainConfig
   from rlpt.runtime import set_cpu_devices
   cfg = common.typed_config(TrainConfig, _CONFIG.value)
+  common.check_domains(cfg)
+  common.check_workdir(_WORKDIR.value)
   try:
     set_cpu_devices(_cpu_devices(cfg))
   except (ValueError, RuntimeError) as e:
-    raise app.UsageError(f"--cpu_devices={_CPU_DEVICES.value}: {e}") from e
+    common.usage_error(f"--cpu_devices={_CPU_DEVICES.value}: {e}")
   common.pin_cpu_threads()
   multihost.initialize_from_flags()
   import jax
@@ -81,4 +83,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=common.flags_parser("TrainConfig"))

@@ -14,7 +14,7 @@ import difflib
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from rlpt.models import ModelConfig
@@ -75,6 +75,22 @@ def _check_type(path: str, value: Any, tp: Any) -> Any:
   raise TypeError(f"unsupported config field type {tp} at {path}")
 
 
+def unknown_key_message(cls: type, keys: Sequence[str], path: str = "config") -> str | None:
+  """None if ``keys`` (e.g. ["rollout", "temperature"]) is a field path of
+  config dataclass ``cls``, else the message for its first unknown part."""
+  for i, k in enumerate(keys):
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else {}
+    if not fields:  # a leaf (or a dict-valued field): no deeper names to check
+      return None
+    if k not in fields:
+      close = difflib.get_close_matches(k, list(fields), n=1)
+      hint = f" Did you mean '{path}.{close[0]}'?" if close else ""
+      return f"Unknown config key '{path}.{k}'.{hint} Known keys of {path}: {sorted(fields)}."
+    path = f"{path}.{k}"
+    cls = typing.get_type_hints(cls)[k]
+  return None
+
+
 def from_config_dict(cls: type[T], cfg: Mapping[str, Any], path: str = "config") -> T:
   """Builds dataclass ``cls`` from a (nested) mapping, strictly.
 
@@ -89,10 +105,7 @@ def from_config_dict(cls: type[T], cfg: Mapping[str, Any], path: str = "config")
   fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
   unknown = [k for k in cfg if k not in fields]
   if unknown:
-    k = unknown[0]
-    close = difflib.get_close_matches(k, list(fields), n=1)
-    hint = f" Did you mean '{path}.{close[0]}'?" if close else ""
-    raise ConfigError(f"Unknown config key '{path}.{k}'.{hint} Known keys of {path}: {sorted(fields)}.")
+    raise ConfigError(unknown_key_message(cls, unknown[:1], path))
   kwargs = {k: _check_type(f"{path}.{k}", v, hints[k]) for k, v in cfg.items()}
   try:
     return cls(**kwargs)

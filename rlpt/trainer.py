@@ -51,7 +51,7 @@ from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_wi
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B, truncated_is_weights)
 from rlpt.rollout import build_sequences, encode_prompts
 from rlpt.rollout.batch import merge_parts, pad_width
-from rlpt.rollout.envs import make_env_pool, register_domain_files
+from rlpt.rollout.envs import check_domains, make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.generation import RolloutSampling
 from rlpt.rollout.pipeline import AsyncRollout, BusyClock
@@ -76,6 +76,7 @@ class Trainer:
   def __init__(self, cfg: TrainConfig, workdir: str):
     self.cfg = cfg
     self.workdir = workdir
+    check_domains(cfg.domains, cfg.rollout.max_prompt_len)  # before anything is written or compiled
     if is_primary():
       os.makedirs(workdir, exist_ok=True)
       with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -90,7 +91,6 @@ class Trainer:
     check_batch(cfg.rollout.batch_size // cfg.rl.minibatches, self.mesh, self.rules,
                 "rollout.batch_size / rl.minibatches")
     check_batch(cfg.rollout.batch_size, self.mesh, self.sample_rules, "rollout.batch_size")
-    self._check_domains()
 
     self.model_cfg, self.graphdef, params, self.base_path = resolve_base(
         cfg.base, cfg.progress, mesh=self.mesh, rules=self.rules)
@@ -223,16 +223,6 @@ class Trainer:
   def _handoff(self):
     """Gives the sampler the current policy, resharded to the sampling layout."""
     self.gen.handoff(self._to_sample_layout(self.policy_params()))
-
-  def _check_domains(self):
-    register_domain_files(self.cfg.domains.files)
-    from environments import registry
-    for d in self.cfg.domains.ids:
-      spec = registry.get(d)
-      if spec.max_prompt_chars + 1 > self.cfg.rollout.max_prompt_len:
-        raise ValueError(f"domain '{d}' has prompts up to {spec.max_prompt_chars} chars; "
-                         f"rollout.max_prompt_len={self.cfg.rollout.max_prompt_len} must be at least "
-                         f"{spec.max_prompt_chars + 1} (BOS included).")
 
   # --------------------------------------------------------------------------
   # Rollout.

@@ -97,7 +97,9 @@ def test_impossible_flag_value_fails_with_one_clear_line(tmp_path):
   r = _launch("--config=experiments/grpo_default.py:smoke", f"--workdir={tmp_path}",
               "--config.rollout.group_size=1")
   assert r.returncode != 0
-  assert "Invalid config: rollout.group_size must be >= 2 for grpo" in r.stderr
+  assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+      "launch.train: error: invalid config: " + r.stderr.split("invalid config: ", 1)[1].strip()]
+  assert "invalid config: rollout.group_size must be >= 2 for grpo" in r.stderr
   assert not os.path.exists(tmp_path / "metrics.jsonl")
 
 

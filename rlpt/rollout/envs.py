@@ -332,6 +332,28 @@ def register_domain_files(files: Sequence[str]) -> tuple[str, ...]:
   return tuple(out)
 
 
+def check_domains(domains, max_prompt_len: int | None = None) -> None:
+  """Registers ``domains.files`` (a `DomainsConfig`), then checks that every id
+  in ``domains.ids`` is registered and, given ``max_prompt_len`` (tokens,
+  BOS included, of the byte tokenizer), that its prompts fit. Every problem is
+  a ConfigError naming the config key and the value; nothing is started."""
+  from rlpt.config import ConfigError
+  try:
+    register_domain_files(domains.files)
+  except ValueError as e:
+    raise ConfigError(f"config.{e}") from None
+  from environments import registry
+  for i, d in enumerate(domains.ids):
+    if not registry.is_registered(d):
+      raise ConfigError(f"config.domains.ids[{i}] is {d!r}, which is not a registered domain"
+                        f"{registry.close_matches_hint(d)}; `python -m environments` lists them all.")
+    spec = registry.get(d)
+    if max_prompt_len is not None and spec.max_prompt_chars + 1 > max_prompt_len:
+      raise ConfigError(f"config.domains.ids[{i}] ({d!r}) has prompts up to {spec.max_prompt_chars} "
+                        f"chars; config.rollout.max_prompt_len={max_prompt_len} must be at least "
+                        f"{spec.max_prompt_chars + 1} (BOS included).")
+
+
 def make_env_pool(cfg):
   """A run's environment pool (``TrainConfig``): this host's threads or Ray actors (``env.backend``)."""
   e, ro = cfg.env, cfg.rollout

@@ -117,3 +117,23 @@ def test_unusable_entries_are_redrawn():
         assert isinstance(task, Task) and (task.prompt, task.demonstration) == ("What is 2+2?", "4")
     finally:
         domain._cached = real
+
+
+def test_bounded_variant_is_a_subset_of_its_domain():
+    base_id = "rlpt/rg-basic-arithmetic-medium-v0"
+    spec = rgf.register_bounded(base_id, 40)
+    assert spec.id == "rlpt/rg-basic-arithmetic-medium-p40-v0" and spec.max_prompt_chars == 40
+    assert rgf.register_bounded(base_id, 40) == spec  # again: the same domain
+    base, bounded = registry.domain(base_id), registry.domain(spec.id)
+    # Same generator and seed: every bounded task is one of the base's tasks, split alike.
+    env = gymnasium.make(spec.id)
+    for seed in range(40):
+        split = "eval" if seed % 4 == 0 else "train"
+        obs, info = env.reset(seed=seed, options={"split": split})
+        assert len(obs) <= 40 and splits.split_of(obs) == split
+        assert env.step(info["demonstration"])[4]["verdict"] == "PASS"
+    assert all(bounded.dataset()[i] == base.dataset()[i] for i in (0, 5, 2**30))
+    with pytest.raises(ValueError, match=r"only \d+ of 64 drawn questions have at most 10 characters"):
+        rgf.register_bounded(base_id, 10)
+    with pytest.raises(ValueError, match="is not a reasoning-gym domain"):
+        rgf.register_bounded("rlpt/math-add-easy-v0", 40)
