@@ -29,14 +29,13 @@ def plan(cfg):
 def main(argv):
   if len(argv) > 1:
     common.usage_error(f"unexpected arguments {argv[1:]}; every setting is a --flag or --config.<key>=<value>")
-  import sys
-
+  common.quiet_libraries()
   from rlpt.config import PlanConfig
   cfg = common.typed_config(PlanConfig, _CONFIG.value)
   try:
     result = plan(cfg)
   except ValueError as e:
-    sys.exit(f"Invalid plan: {e}")
+    common.usage_error(f"invalid plan: {e}")
   print(result.table())
 
 

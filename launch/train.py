@@ -68,6 +68,10 @@ def main(argv):
   except (ValueError, RuntimeError) as e:
     common.usage_error(f"--cpu_devices={_CPU_DEVICES.value}: {e}")
   common.pin_cpu_threads()
+  ray_started = False
+  if cfg.env.backend == "ray":  # before JAX's threads exist: Ray starts its processes by fork + exec
+    from rlpt.rollout.ray_backend import start_ray
+    ray_started = start_ray(cfg.env.ray_address, cfg.env.ray_actors)
   multihost.initialize_from_flags()
   import jax
   from rlpt.trainer import train
@@ -76,7 +80,12 @@ def main(argv):
     print(f"devices: {jax.device_count()} x {jax.devices()[0].platform} in "
           f"{jax.process_count()} process(es)"
           + (f", {threads} XLA CPU threads" if threads else ""), flush=True)
-  result = train(cfg, _WORKDIR.value)
+  try:
+    result = train(cfg, _WORKDIR.value)
+  finally:
+    if ray_started:
+      import ray
+      ray.shutdown()
   if jax.process_index() == 0:
     print(result["table"])
     print(f"Curves: {_WORKDIR.value}/eval_success.png  metrics: {_WORKDIR.value}/metrics.jsonl")

@@ -129,7 +129,9 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
 
 
 def _progress(total: int, desc: str, enabled: bool):
-  if not enabled:
+  """A progress bar, on the primary process only (one bar for a multi-process run)."""
+  import jax
+  if not enabled or jax.process_index() != 0:
     return None
   from tqdm.auto import tqdm
   return tqdm(total=total, desc=desc, dynamic_ncols=True)

@@ -821,18 +821,13 @@ class Trainer:
     """The current policy as a plain parameter checkpoint (rlpt.checkpoint.save_model);
     with LoRA also the adapters alone, PEFT layout, under ``directory/adapters``."""
     params = to_host(self.policy_params())  # every process joins the gather
-    if jax.process_count() > 1:
-      # save_model is a single-process writer; the run checkpoints hold the
-      # sharded params of multi-process runs.
-      log.warning("Skipping the export to %s in a %d-process run; restore the last checkpoint "
-                  "in one process to export.", directory, jax.process_count())
-      return
     save_model(directory, params, self.model_cfg,
                {"step": self.step, "base": os.path.abspath(self.base_path),
                 "train_config": json.loads(to_json(self.cfg))})
     if self.lora_cfg is not None:
-      save_adapters(os.path.join(directory, "adapters"), to_host(self.state.params),
-                    self.lora_cfg)
+      adapters = to_host(self.state.params)  # every process joins the gather
+      if is_primary():
+        save_adapters(os.path.join(directory, "adapters"), adapters, self.lora_cfg)
 
   def _log(self, step: int, kind: str, metrics: dict):
     if self.writer is not None:

@@ -23,20 +23,35 @@ from rlpt.models import ModelConfig, Transformer
 
 def save_model(directory: str, params: nnx.State, model_cfg: ModelConfig,
                metadata: dict[str, Any] | None = None) -> None:
-  """Writes params and config; the directory appears only once complete."""
+  """Writes params and config; the directory appears only once complete.
+
+  In a multi-process run every process calls it with the same ``directory``
+  (on a filesystem they share) and the same host ``params`` (`to_host`):
+  orbax writes them once, process 0 does the rest, and each step waits for all."""
   directory = os.path.abspath(directory)
   tmp = directory + ".tmp"
-  if os.path.exists(tmp):
-    shutil.rmtree(tmp)
-  os.makedirs(tmp)
+  primary = jax.process_index() == 0
+  if primary:
+    if os.path.exists(tmp):
+      shutil.rmtree(tmp)
+    os.makedirs(tmp)
+  _sync(f"rlpt-save-model-start:{directory}")
   ckptr = ocp.StandardCheckpointer()
   ckptr.save(os.path.join(tmp, "params"), nnx.to_pure_dict(params))
   ckptr.wait_until_finished()
-  with open(os.path.join(tmp, "model.json"), "w") as f:
-    json.dump({"model": dataclasses.asdict(model_cfg), "metadata": metadata or {}}, f, indent=2)
-  if os.path.exists(directory):
-    shutil.rmtree(directory)
-  os.replace(tmp, directory)
+  if primary:
+    with open(os.path.join(tmp, "model.json"), "w") as f:
+      json.dump({"model": dataclasses.asdict(model_cfg), "metadata": metadata or {}}, f, indent=2)
+    if os.path.exists(directory):
+      shutil.rmtree(directory)
+    os.replace(tmp, directory)
+  _sync(f"rlpt-save-model-done:{directory}")
+
+
+def _sync(name: str) -> None:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
 
 
 def load_model(directory: str, shardings: Any = None) -> tuple[ModelConfig, nnx.GraphDef, nnx.State, dict]:

@@ -17,13 +17,51 @@ project on every node (or start Ray with a matching ``runtime_env``).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
+import warnings
 from collections.abc import Sequence
 
 from rlpt.data import Task
 from rlpt.rollout.envs import EnvPool, Graded, Prompt, Step, check_step
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def start_ray(address: str = "", actors: int = 2) -> bool:
+  """Starts Ray (joins ``address``, else a local cluster of max(2, actors) CPUs)
+  unless it is running; returns whether it started it (and so owns it).
+
+  Call it before JAX starts its threads where you can (``launch.train`` does):
+  Ray launches its node processes with fork + exec, which JAX warns about once
+  its threads exist. Here the child only execs a new program, so that warning
+  does not apply, and it is silenced for this call alone. A local cluster keeps
+  Ray's default, token authentication, without Ray's notice that it chose it."""
+  import ray
+  if ray.is_initialized():
+    return False
+  path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+  kwargs = {"runtime_env": {"env_vars": {"PYTHONPATH": path}},
+            "include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+  auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+  auth_log.addFilter(_default_auth_notice)
+  try:
+    with warnings.catch_warnings():
+      warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+      if address:
+        ray.init(address=address, **kwargs)
+      else:
+        ray.init(num_cpus=max(2, actors), **kwargs)
+  finally:
+    auth_log.removeFilter(_default_auth_notice)
+  return True
+
+
+def _default_auth_notice(record: logging.LogRecord) -> bool:
+  """Drops Ray's notice that it enabled token authentication by default for a
+  new local cluster: that default is what rlpt wants (every other Ray warning,
+  the one for a cluster without authentication included, still shows)."""
+  return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 class _ActorBody:
@@ -100,17 +138,7 @@ class RayEnvPool:
     # Fail here, with the pool's own error, on unknown domains or bad options.
     EnvPool(domains, workers=1, **pool_kwargs).close()
     self._ray = ray
-    if not ray.is_initialized():
-      path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
-      kwargs = {"runtime_env": {"env_vars": {"PYTHONPATH": path}},
-                "include_dashboard": False, "log_to_driver": False}
-      if address:
-        ray.init(address=address, **kwargs)
-      else:
-        ray.init(num_cpus=max(2, actors), **kwargs)
-      self._owns_ray = True
-    else:
-      self._owns_ray = False
+    self._owns_ray = start_ray(address, actors)
     self._domains = list(domains)
     self._pool_kwargs = dict(workers=workers, **pool_kwargs)
     self._actor_cls = ray.remote(num_cpus=0, max_concurrency=4)(_ActorBody)

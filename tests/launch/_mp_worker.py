@@ -4,7 +4,7 @@
         [COORDINATOR NUM_PROCESSES PROCESS_ID]
 
 Runs two RL steps of the grpo_default smoke config on mesh data=2 x fsdp=2,
-then one update on a fixed synthetic batch with non-zero advantages (the
+exports the policy (to OUT's folder, export_<processes>p), then one update on a fixed synthetic batch with non-zero advantages (the
 smoke base earns no reward, so its own updates are near zero), and process 0
 writes the per-step metrics and a parameter checksum to OUT.json.
 """
@@ -46,6 +46,10 @@ steps = []
 for _ in range(2):
   m = trainer.train_step()
   steps.append({k: v for k, v in m.items() if not k.startswith(WALL_CLOCK_PREFIXES)})
+
+# Every process exports to the same folder (a filesystem they share); orbax writes once.
+export_dir = os.path.join(os.path.dirname(out_path), f"export_{jax.process_count()}p")
+trainer.export(export_dir)
 
 rng = np.random.default_rng(0)
 b, l = cfg.rollout.batch_size, 24

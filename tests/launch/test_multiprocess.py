@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -66,6 +67,13 @@ def test_two_processes_match_one(tmp_path):
   # Only process 0 writes logs.
   assert (tmp_path / "wd2_p0" / "metrics.jsonl").exists()
   assert not (tmp_path / "wd2_p1").exists()
+
+  # The export of the two-process run: written once, equal to the one-process run's.
+  from rlpt.checkpoint import load_model
+  exported = [load_model(str(tmp_path / f"export_{n}p"))[2] for n in (1, 2)]
+  assert not (tmp_path / "export_2p.tmp").exists()
+  for x, y in zip(jax.tree.leaves(exported[0]), jax.tree.leaves(exported[1])):
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-4, atol=1e-5)
 
   assert len(a["steps"]) == len(b["steps"]) == 2
   for step_a, step_b in zip(a["steps"], b["steps"]):
