@@ -1,10 +1,12 @@
-"""The main job over several seeds: per-domain mean and spread, and a bit-identity check.
+"""The main job (or another experiment) over several seeds: per-domain mean and
+spread, and a bit-identity check.
 
     python benchmarks/main_job_seeds.py                      # seeds 0,1,2 (sequentially)
     python benchmarks/main_job_seeds.py --parallel=3 --one_core_replica
     python benchmarks/main_job_seeds.py --reuse              # only aggregate finished runs
+    python benchmarks/main_job_seeds.py --config=experiments/grpo_mixed.py --root=runs/grpo_mixed_seeds
 
-Runs `launch.train --config=experiments/grpo_default.py --config.seed=S` for
+Runs `launch.train --config=CONFIG --config.seed=S` for
 each seed into ROOT/seed<S> (the cached base is shared: its pre-training has
 its own seed), then prints, per domain, held-out success of the base and after
 the last step (sampled pass@1 and greedy) as the mean over seeds with
@@ -49,6 +51,17 @@ def _deterministic(rows: list[dict]) -> list[dict]:
   return [{k: v for k, v in r.items() if not k.startswith(NON_DETERMINISTIC)} for r in rows]
 
 
+TRAIN_TAIL = 50
+
+
+def _train_success(rows: list[dict], domain: str) -> float:
+  """Success on the training batches' tasks over the last TRAIN_TAIL steps
+  (a domain absent from a step's batch does not count for that step)."""
+  train = [r for r in rows if r["kind"] == "train"][-TRAIN_TAIL:]
+  values = [r[f"success/{domain}"] for r in train if r.get(f"success/{domain}") is not None]
+  return sum(values) / len(values) if values else float("nan")
+
+
 def _fmt(values: list[float]) -> str:
   mean = sum(values) / len(values)
   return f"{mean:.3f} [{min(values):.3f}-{max(values):.3f}]" if len(values) > 1 else f"{mean:.3f}"
@@ -58,15 +71,18 @@ def table(workdirs: dict[int, str]) -> str:
   per = {s: _evals(_rows(w)) for s, w in workdirs.items()}
   first = next(iter(per.values()))[0]
   domains = [k.split("/", 1)[1] for k in first if k.startswith("sampled_success/")]
-  lines = [f"seeds {sorted(workdirs)}: mean [min-max]", "",
-           "| domain | sampled: base | final | change | greedy: base | final | change |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+  rows = {s: _rows(w) for s, w in workdirs.items()}
+  lines = [f"seeds {sorted(workdirs)}: mean [min-max]; held-out tasks, and the training "
+           f"batches' success over the last {TRAIN_TAIL} steps", "",
+           "| domain | sampled: base | final | change | greedy: base | final | change | training batches |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
   for d in domains:
     cells = []
     for kind in ("sampled_success", "success"):
       base = [per[s][0][f"{kind}/{d}"] for s in per]
       final = [per[s][1][f"{kind}/{d}"] for s in per]
       cells += [_fmt(base), _fmt(final), _fmt([f - b for b, f in zip(base, final)])]
+    cells.append(_fmt([_train_success(rows[s], d) for s in per]))
     name = d.split("/")[-1]
     lines.append(f"| {'**mean**' if d == 'mean' else name} | " + " | ".join(cells) + " |")
   times = {s: _step_time(_rows(w)) for s, w in workdirs.items()}
@@ -74,8 +90,8 @@ def table(workdirs: dict[int, str]) -> str:
   return "\n".join(lines)
 
 
-def _command(seed: int, workdir: str, one_core: bool) -> list[str]:
-  cmd = [sys.executable, "-m", "launch.train", "--config=experiments/grpo_default.py",
+def _command(seed: int, workdir: str, one_core: bool, config: str) -> list[str]:
+  cmd = [sys.executable, "-m", "launch.train", f"--config={config}",
          f"--workdir={workdir}", f"--config.seed={seed}", "--config.progress=false"]
   if one_core:
     cmd = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] + cmd
@@ -84,6 +100,7 @@ def _command(seed: int, workdir: str, one_core: bool) -> list[str]:
 
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", default="experiments/grpo_default.py", help="the experiment (and :arg)")
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--root", default="runs/main_job_seeds")
   p.add_argument("--parallel", type=int, default=1, help="runs at once (timings then share cores)")
@@ -92,10 +109,10 @@ def main() -> None:
   a = p.parse_args()
   seeds = [int(s) for s in a.seeds.split(",")]
   workdirs = {s: os.path.join(a.root, f"seed{s}") for s in seeds}
-  jobs = [(_command(s, w, False), w) for s, w in workdirs.items()]
+  jobs = [(_command(s, w, False, a.config), w) for s, w in workdirs.items()]
   replica = os.path.join(a.root, "seed0-one-core")
   if a.one_core_replica:
-    jobs.append((_command(0, replica, True), replica))
+    jobs.append((_command(0, replica, True, a.config), replica))
   if not a.reuse:
     running: list[subprocess.Popen] = []
     for cmd, workdir in jobs:

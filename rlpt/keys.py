@@ -36,6 +36,7 @@ PURPOSES = {
     "lora_init": 4,
     "draft_init": 5,
     "value_init": 6,
+    "answers": 7,
 }
 
 # Saved in checkpoints: what the run's keys are a function of.

@@ -31,6 +31,7 @@ import os
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +41,7 @@ from flax import nnx
 from rlpt.checkpoint import RunCheckpointer, abstract_like, model_fingerprint, save_model
 from rlpt.config import TrainConfig, to_json
 from rlpt.curriculum import domain_metrics
-from rlpt.data import TaskSampler, TaskStream, eval_tasks
+from rlpt.data import Task, TaskSampler, TaskStream, eval_tasks
 from rlpt.keys import KEY_SCHEME, run_key
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
 from rlpt.models import ValueModel
@@ -631,6 +632,30 @@ class Trainer:
     out = self._success("success", self.eval_sampling, 0)
     if self.cfg.eval.sampled:
       out.update(self._success("sampled_success", self.sampling, 1))
+    return out
+
+  def answers(self, tasks: Sequence[Task], sampled: bool = False) -> list[dict]:
+    """Plays each task once with the current policy and returns, per task, its
+    domain, prompt, the model's answer (every turn of a multi-turn episode,
+    joined) and the environment's verdict and reward. Greedy by default (as
+    ``success/``), or sampled as in training (``sampled=True``); keys from
+    ``run_key(seed, "answers", step, sampled, chunk)``, apart from the
+    training and evaluation streams."""
+    chunk, out = self.cfg.rollout.batch_size, []
+    stop = {self.tokenizer.pad_id, self.tokenizer.eos_id}
+    for start in range(0, len(tasks), chunk):
+      part = list(tasks[start:start + chunk])
+      padded = part + [part[-1]] * (chunk - len(part))
+      key = run_key(self.cfg.seed, "answers", self.step, int(sampled), start // chunk)
+      batch = self._episodes(padded, self.sampling if sampled else self.eval_sampling, key=key)
+      for i, (task, graded) in enumerate(zip(part, batch.final)):
+        tokens, mask = batch.seq.tokens[i], batch.seq.loss_mask[i]
+        first = int(np.argmax(mask > 0)) + 1 if mask.any() else len(tokens)
+        answer = [int(t) for t, m in zip(tokens[1:], mask) if m > 0 and int(t) not in stop]
+        out.append({"domain": task.domain,
+                    "prompt": self.tokenizer.decode([int(t) for t in tokens[1:first] if int(t) not in stop]),
+                    "answer": self.tokenizer.decode(answer), "verdict": graded.verdict,
+                    "reward": float(graded.reward)})
     return out
 
   def _success(self, prefix: str, sampling: SamplingParams, mode: int) -> dict:
