@@ -52,6 +52,8 @@ def parse_setup(text: str) -> tuple[int, int | None, bool]:
 
 
 def main(_):
+  from launch.common import quiet_libraries
+  quiet_libraries()  # orbax / XLA INFO lines would bury the figures
   from environments import registry
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.trainer import Trainer
@@ -72,13 +74,14 @@ def main(_):
       cd.env.latency_s = _LATENCY.value
       cd.env.latency_dist = _DIST.value
       cd.env.sandbox_workers = _WORKERS.value
-    trainer = Trainer(from_config_dict(TrainConfig, cd), tempfile.mkdtemp(prefix="rlpt-async-"))
-    try:
-      for _ in range(_WARMUP.value):
-        trainer.train_step()
-      ms = [trainer.train_step() for _ in range(_STEPS.value)]
-    finally:
-      trainer.close()
+    with tempfile.TemporaryDirectory(prefix="rlpt-async-") as workdir:
+      trainer = Trainer(from_config_dict(TrainConfig, cd), workdir)
+      try:
+        for _ in range(_WARMUP.value):
+          trainer.train_step()
+        ms = [trainer.train_step() for _ in range(_STEPS.value)]
+      finally:
+        trainer.close()
     med = {key: statistics.median(m.get(key, 0.0) for m in ms)
            for key in ("time/step", "accelerator/idle_fraction", "time/generate",
                        "time/environments", "time/reference", "time/update", "async/staleness",

@@ -143,6 +143,8 @@ def kind_of(ops: set[str]) -> str:
 
 
 def main(_):
+  from launch.common import quiet_libraries
+  quiet_libraries()  # orbax / XLA INFO lines would bury the figures
   fn, args, steps = build(_PART.value)
   jax.block_until_ready(fn(*args))
   t = time.perf_counter()

@@ -29,6 +29,8 @@ _STEPS = flags.DEFINE_integer("steps", 10, "Timed RL steps.")
 
 
 def main(_):
+  from launch.common import quiet_libraries
+  quiet_libraries()  # orbax / XLA INFO lines would bury the figures
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.sampling import Sampler, SamplingParams
   from rlpt.trainer import Trainer
@@ -37,7 +39,8 @@ def main(_):
   with cd.unlocked():
     cd.progress = False
   cfg = from_config_dict(TrainConfig, cd)
-  trainer = Trainer(cfg, tempfile.mkdtemp(prefix="rlpt-bench-"))
+  workdir = tempfile.TemporaryDirectory(prefix="rlpt-bench-")  # removed when the benchmark ends
+  trainer = Trainer(cfg, workdir.name)
   ro = cfg.rollout
   print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; "
         f"model {trainer.model_cfg.num_params() / 1e6:.2f}M params; batch {ro.batch_size} "
@@ -75,6 +78,7 @@ def main(_):
   print(f"rollout generation: {np.median([r['throughput/generated_tokens_per_s'] for r in rows]):,.0f} "
         "tokens/s (with early stop)")
   trainer.close()
+  workdir.cleanup()
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ def _bytes_of(shapes) -> int:
 
 
 def main(_):
+  from launch.common import quiet_libraries
+  quiet_libraries()  # orbax / XLA INFO lines would bury the figures
   from flax import nnx
 
   from rlpt.config import OptimConfig

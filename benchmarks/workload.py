@@ -241,6 +241,8 @@ def measure(seed: int = 0) -> dict:
 
 
 def main(_):
+  from launch.common import quiet_libraries
+  quiet_libraries()  # orbax / XLA INFO lines would bury the figures
   roof = matmul_roofline()
   print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; "
         f"fp32 matmul roofline {roof:.0f} GFLOP/s")
