@@ -41,7 +41,7 @@ from flax import nnx
 from rlpt.checkpoint import RunCheckpointer, abstract_like, model_fingerprint, save_model
 from rlpt.config import TrainConfig, to_json
 from rlpt.curriculum import domain_metrics
-from rlpt.data import Task, TaskSampler, TaskStream, eval_tasks
+from rlpt.data import Task, TaskSampler, TaskStream
 from rlpt.keys import KEY_SCHEME, run_key
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
 from rlpt.models import ValueModel
@@ -52,6 +52,7 @@ from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_wi
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B, truncated_is_weights)
 from rlpt.rollout import build_sequences, encode_prompts
 from rlpt.rollout.batch import merge_parts, pad_width
+from rlpt.evaluation import Evaluator
 from rlpt.rollout.envs import check_domains, make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.generation import RolloutSampling
@@ -195,7 +196,9 @@ class Trainer:
     # sampler picks each rollout's domains (see rlpt.data.stream).
     self.task_stream = TaskStream(cfg.seed, cfg.rollout.prompts_per_step)
     self.domain_sampler = cfg.domain_sampler()
-    self.eval_set = eval_tasks(cfg.domains.ids, cfg.eval.tasks_per_domain, seed=cfg.seed + 1)
+    self.evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed,
+                               batch_size=cfg.rollout.batch_size, greedy=self.eval_sampling,
+                               sampled=self.sampling, tokenizer=self.tokenizer)
     self.step = 0
     # Asynchronous rollout (rollout.staleness or domain_staleness > 0): the producer, the policy
     # versions it may sample with, each step's curriculum update (kept until
@@ -620,62 +623,18 @@ class Trainer:
   # --------------------------------------------------------------------------
   # Evaluation.
 
-  def evaluate(self) -> dict:
-    """Held-out success per domain.
+  def _play(self, tasks: list, sampling: SamplingParams, key) -> EpisodeBatch:
+    """One episode per task with the current policy (the evaluator's ``play``)."""
+    return self._episodes(tasks, sampling, key=key)
 
-    ``success/<domain>`` decodes with ``eval.temperature`` (0 = greedy);
-    with ``eval.sampled`` also ``sampled_success/<domain>``: pass@1 of the
-    policy as trained, sampling with the rollout's temperature / top-k / top-p.
-    Keys: ``run_key(seed, "eval", step, mode, chunk)``, apart from the training
-    stream: how often a run evaluates does not change what it trains on.
-    """
-    out = self._success("success", self.eval_sampling, 0)
-    if self.cfg.eval.sampled:
-      out.update(self._success("sampled_success", self.sampling, 1))
-    return out
+  def evaluate(self) -> dict:
+    """Held-out success per domain at the current step (`rlpt.evaluation.Evaluator.run`)."""
+    return self.evaluator.run(self._play, self.step)
 
   def answers(self, tasks: Sequence[Task], sampled: bool = False) -> list[dict]:
-    """Plays each task once with the current policy and returns, per task, its
-    domain, prompt, the model's answer (every turn of a multi-turn episode,
-    joined) and the environment's verdict and reward. Greedy by default (as
-    ``success/``), or sampled as in training (``sampled=True``); keys from
-    ``run_key(seed, "answers", step, sampled, chunk)``, apart from the
-    training and evaluation streams."""
-    chunk, out = self.cfg.rollout.batch_size, []
-    stop = {self.tokenizer.pad_id, self.tokenizer.eos_id}
-    for start in range(0, len(tasks), chunk):
-      part = list(tasks[start:start + chunk])
-      padded = part + [part[-1]] * (chunk - len(part))
-      key = run_key(self.cfg.seed, "answers", self.step, int(sampled), start // chunk)
-      batch = self._episodes(padded, self.sampling if sampled else self.eval_sampling, key=key)
-      for i, (task, graded) in enumerate(zip(part, batch.final)):
-        tokens, mask = batch.seq.tokens[i], batch.seq.loss_mask[i]
-        first = int(np.argmax(mask > 0)) + 1 if mask.any() else len(tokens)
-        answer = [int(t) for t, m in zip(tokens[1:], mask) if m > 0 and int(t) not in stop]
-        out.append({"domain": task.domain,
-                    "prompt": self.tokenizer.decode([int(t) for t in tokens[1:first] if int(t) not in stop]),
-                    "answer": self.tokenizer.decode(answer), "verdict": graded.verdict,
-                    "reward": float(graded.reward)})
-    return out
-
-  def _success(self, prefix: str, sampling: SamplingParams, mode: int) -> dict:
-    chunk = self.cfg.rollout.batch_size
-    tasks = list(self.eval_set)
-    successes: dict[str, list[float]] = collections.defaultdict(list)
-    for start in range(0, len(tasks), chunk):
-      part = tasks[start:start + chunk]
-      # Pad the last chunk with repeats so every call has the compiled shape.
-      padded = part + [part[-1]] * (chunk - len(part))
-      key = run_key(self.cfg.seed, "eval", self.step, mode, start // chunk)
-      _, graded, _, _ = self._episodes(padded, sampling, key=key)
-      for task, x in zip(part, graded):
-        if not x.infra_error:
-          successes[task.domain].append(float(x.success))
-    ids = self.cfg.domains.ids
-    out = {f"{prefix}/{d}": float(np.mean(successes[d])) if successes[d] else float("nan")
-           for d in ids}
-    out[f"{prefix}/mean"] = float(np.nanmean([out[f"{prefix}/{d}"] for d in ids]))
-    return out
+    """The current policy's answers to ``tasks`` with their verdicts
+    (`rlpt.evaluation.Evaluator.answers`)."""
+    return self.evaluator.answers(self._play, tasks, self.step, sampled)
 
   # --------------------------------------------------------------------------
   # The loop.
@@ -710,7 +669,7 @@ class Trainer:
           bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                           tok_s=f"{metrics['throughput/generated_tokens_per_s']:.0f}")
         ev = {}
-        if self.step % cfg.eval.every == 0 or self.step == cfg.steps:
+        if self.evaluator.due(self.step, cfg.steps):
           ev = self.evaluate()
           self._log(self.step, "eval", ev)
           if bar is not None:

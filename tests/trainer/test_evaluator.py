@@ -1,0 +1,84 @@
+"""rlpt.evaluation.Evaluator against a scripted ``play``: chunking and padding to
+the compiled batch, the keys of each chunk and mode, infra failures left out of
+the means, answers decoded from the episode tokens."""
+
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from rlpt.config import EvalConfig
+from rlpt.evaluation import Evaluator
+from rlpt.keys import run_key
+from rlpt.rollout.envs import Graded
+from rlpt.sampling import SamplingParams
+from rlpt.tokenizers import ByteTokenizer
+
+DOMAINS = ("rlpt/math-add-easy-v0", "rlpt/strings-reverse-easy-v0")
+GREEDY, SAMPLED = SamplingParams(0.0, 0, 1.0), SamplingParams(1.0, 0, 1.0)
+
+
+class Script:
+  """A ``play`` that records its calls; a task passes iff its seed is even, and
+  tasks of the second domain with seed % 3 == 0 are infrastructure failures."""
+
+  def __init__(self):
+    self.calls = []
+
+  def __call__(self, tasks, sampling, key):
+    self.calls.append((len(tasks), sampling, jax.random.key_data(key).tolist()))
+    final = [Graded(float(t.seed % 2 == 0), t.seed % 2 == 0, "PASS" if t.seed % 2 == 0 else "FAIL",
+                    t.domain == DOMAINS[1] and t.seed % 3 == 0, {}) for t in tasks]
+    tok = ByteTokenizer()
+    rows = [[tok.bos_id] + tok.encode("q?") + tok.encode(f"a{t.seed % 10}") + [tok.eos_id] for t in tasks]
+    width = max(map(len, rows))
+    tokens = np.full((len(rows), width), tok.pad_id, np.int32)
+    mask = np.zeros((len(rows), width - 1), np.float32)
+    for i, r in enumerate(rows):
+      tokens[i, :len(r)] = r
+      mask[i, 2:len(r) - 1] = 1.0  # targets "a<d>" and EOS
+    return types.SimpleNamespace(final=final, seq=types.SimpleNamespace(tokens=tokens, loss_mask=mask))
+
+
+def _evaluator(tasks_per_domain=5, sampled=True):
+  return Evaluator(EvalConfig(every=10, tasks_per_domain=tasks_per_domain, sampled=sampled),
+                   DOMAINS, seed=3, batch_size=4, greedy=GREEDY, sampled=SAMPLED,
+                   tokenizer=ByteTokenizer())
+
+
+def test_success_means_chunks_and_keys():
+  ev, play = _evaluator(), Script()
+  out = ev.run(play, step=7)
+  # 10 tasks in chunks of 4 (the last padded), once greedy and once sampled.
+  assert [c[0] for c in play.calls] == [4] * 6
+  assert [c[1] for c in play.calls] == [GREEDY] * 3 + [SAMPLED] * 3
+  keys = [jax.random.key_data(run_key(3, "eval", 7, mode, chunk)).tolist()
+          for mode in (0, 1) for chunk in range(3)]
+  assert [c[2] for c in play.calls] == keys
+  for prefix in ("success", "sampled_success"):
+    per = {}
+    for d in DOMAINS:
+      graded = [t for t in ev.tasks if t.domain == d and not (d == DOMAINS[1] and t.seed % 3 == 0)]
+      per[d] = np.mean([t.seed % 2 == 0 for t in graded]) if graded else np.nan
+      np.testing.assert_allclose(out[f"{prefix}/{d}"], per[d])
+    np.testing.assert_allclose(out[f"{prefix}/mean"], np.nanmean(list(per.values())))
+  assert set(_evaluator(sampled=False).run(Script(), 7)) == {f"success/{d}" for d in DOMAINS} | {"success/mean"}
+
+
+def test_fixed_tasks_and_schedule():
+  a, b = _evaluator(), _evaluator()
+  assert a.tasks == b.tasks and len(a.tasks) == 10 and {t.split for t in a.tasks} == {"eval"}
+  assert [s for s in range(1, 28) if a.due(s, last_step=27)] == [10, 20, 27]
+
+
+def test_answers_are_decoded_with_their_verdicts():
+  ev, play = _evaluator(), Script()
+  tasks = ev.tasks[:5]
+  out = ev.answers(play, tasks, step=2, sampled=True)
+  assert [c[1] for c in play.calls] == [SAMPLED, SAMPLED]
+  assert play.calls[0][2] == jax.random.key_data(run_key(3, "answers", 2, 1, 0)).tolist()
+  assert [(o["domain"], o["prompt"], o["answer"], o["verdict"]) for o in out] == [
+      (t.domain, "q?", f"a{t.seed % 10}", "PASS" if t.seed % 2 == 0 else "FAIL") for t in tasks]
+  with pytest.raises(ValueError, match="unknown key purpose"):
+    run_key(3, "answer", 0)
