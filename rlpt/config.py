@@ -719,7 +719,11 @@ class TrainConfig:
       _require(self.rollout.group_size >= 2,
                f"rollout.group_size must be >= 2 for {self.rl.advantage} (advantages are "
                f"relative to the group), got {self.rollout.group_size}.")
-    self.domain_sampler()
+    try:
+      from rlpt.curriculum import sampler_from_config
+      sampler_from_config(self.curriculum, self.domains)  # checks strategy, params and weights
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
     if self.lora.rank:
       _require(self.sharding.reference_memory == "device",
                "lora.rank > 0 reads the frozen base (the reference) in every update; set "
@@ -770,25 +774,6 @@ class TrainConfig:
                              norm_len=self.rollout.max_new_tokens)
     except ValueError as e:
       raise ConfigError(f"value: {e}") from e
-
-  def domain_sampler(self):
-    """The curriculum's DomainSampler for domains.ids (a fresh one each call)."""
-    from rlpt.curriculum import make_domain_sampler
-    cur, ids = self.curriculum, self.domains.ids
-    params = dict(cur.params)
-    if cur.strategy == "fixed":
-      _require(bool(self.domains.weights),
-               "curriculum.strategy='fixed' needs domains.weights (one per domain id).")
-      params["weights"] = dict(zip(ids, self.domains.weights))
-    else:
-      _require(not self.domains.weights,
-               f"domains.weights is set but curriculum.strategy='{cur.strategy}'; weights are "
-               "used by curriculum.strategy='fixed'.")
-    try:
-      return make_domain_sampler(cur.strategy, ids, priorities=dict(cur.priorities),
-                                 min_share=cur.min_share, max_share=cur.max_share, **params)
-    except ValueError as e:
-      raise ConfigError(f"curriculum: {e}") from e
 
 
 # ----------------------------------------------------------------------------

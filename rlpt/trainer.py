@@ -40,7 +40,7 @@ from flax import nnx
 
 from rlpt.checkpoint import RunCheckpointer, abstract_like, model_fingerprint, save_model
 from rlpt.config import TrainConfig, to_json
-from rlpt.curriculum import domain_metrics
+from rlpt.curriculum import domain_metrics, sampler_from_config
 from rlpt.data import Task, TaskSampler, TaskStream
 from rlpt.keys import KEY_SCHEME, run_key
 from rlpt.metrics import MetricsWriter, plot_eval_curves, success_table
@@ -195,7 +195,7 @@ class Trainer:
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
     self.task_stream = TaskStream(cfg.seed, cfg.rollout.prompts_per_step)
-    self.domain_sampler = cfg.domain_sampler()
+    self.domain_sampler = sampler_from_config(cfg.curriculum, cfg.domains)
     self.evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed,
                                batch_size=cfg.rollout.batch_size, greedy=self.eval_sampling,
                                sampled=self.sampling, tokenizer=self.tokenizer)

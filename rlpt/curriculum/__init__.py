@@ -1,5 +1,6 @@
 """Multi-domain task sampling: which domain each training task comes from.
 
+``sampler_from_config(cfg.curriculum, cfg.domains)`` builds a run's sampler;
 ``make_domain_sampler(strategy, domains, **params)`` builds a strategy from
 ``DOMAIN_SAMPLERS`` (uniform, fixed, temperature, success_band,
 learning_progress); ``domain_metrics`` gives the per-domain metrics to log.
@@ -15,6 +16,7 @@ from rlpt.curriculum.samplers import (
     TemperatureSampler,
     UniformSampler,
     make_domain_sampler,
+    sampler_from_config,
     strategy_params,
 )
 from rlpt.curriculum.shares import check_share_bounds, project_capped_simplex
@@ -28,6 +30,7 @@ __all__ = [
     "SuccessBandSampler",
     "TemperatureSampler",
     "UniformSampler",
+    "sampler_from_config",
     "make_domain_sampler",
     "strategy_params",
     "check_share_bounds",

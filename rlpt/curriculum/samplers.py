@@ -333,3 +333,24 @@ def make_domain_sampler(strategy: str, domains: Sequence[str], **params) -> Doma
   if missing:
     raise ValueError(f"domain sampling strategy '{strategy}' needs {missing}.")
   return DOMAIN_SAMPLERS[strategy](domains, **params)
+
+
+def sampler_from_config(curriculum, domains) -> DomainSampler:
+  """The DomainSampler of a run's ``curriculum`` section (rlpt.config.CurriculumConfig)
+  over its ``domains`` section (ids, and weights for strategy "fixed"); a fresh
+  one each call. A mistake raises ValueError naming the config key."""
+  params = dict(curriculum.params)
+  if curriculum.strategy == "fixed":
+    if not domains.weights:
+      raise ValueError("curriculum.strategy='fixed' needs domains.weights (one per domain id).")
+    params["weights"] = dict(zip(domains.ids, domains.weights))
+  elif domains.weights:
+    raise ValueError(f"domains.weights is set but curriculum.strategy='{curriculum.strategy}'; "
+                     "weights are used by curriculum.strategy='fixed'.")
+  try:
+    return make_domain_sampler(curriculum.strategy, domains.ids,
+                               priorities=dict(curriculum.priorities),
+                               min_share=curriculum.min_share, max_share=curriculum.max_share,
+                               **params)
+  except ValueError as e:
+    raise ValueError(f"curriculum: {e}") from None

@@ -14,8 +14,9 @@ one.
 the host is blocked on its result) and reports the fraction of a window in
 which none was: the accelerator's idle fraction.
 
-Nothing here knows about models; the trainer supplies ``produce(wave,
-version)`` and publishes each new version.
+Nothing here knows about models; the trainer supplies ``prepare(wave,
+version)`` and ``execute(wave, version, prepared)`` (see `AsyncRollout`) and
+publishes each new version.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class BusyClock:
 
 
 class Wave(NamedTuple):
-  item: Any        # what produce() returned
+  item: Any        # what execute() returned
   version: int     # the policy version it was sampled with
   wait_s: float    # how long the consumer waited for it
   ready: int       # waves finished and waiting when it was taken (queue depth)

@@ -1,6 +1,6 @@
 """Environment workers beyond one machine: the EnvPool interface on Ray actors.
 
-Each `EnvActor` is a Ray actor holding a local `EnvPool` (its own scheduler,
+Each actor (a Ray actor of `_ActorBody`) holds a local `EnvPool` (its own scheduler,
 resource classes, retries and hang detection run inside the actor's
 process, on whatever node Ray placed it). `RayEnvPool` spreads a batch's
 episodes over the actors, least-loaded first, keeps each episode on its actor
@@ -126,7 +126,7 @@ class RayEnvPool:
   """``EnvPool``'s interface (start / step / abandon / reset / stats / close) on Ray actors.
 
   address: a Ray cluster to join ("" starts a local one on this machine).
-  actors: number of `EnvActor`s; each runs ``workers`` cheap-class and
+  actors: number of Ray actors (`_ActorBody`); each runs ``workers`` cheap-class and
   ``sandbox_workers`` sandbox-class threads. Other keyword arguments go to
   each actor's `EnvPool`.
   """
