@@ -51,7 +51,7 @@ from rlpt.rl import (AdvantageInputs, compute_advantages, fill_groups, groups_wi
                      kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
                      sequence_kl_B, soft_overlong_penalty_B, truncated_B, truncated_is_weights)
 from rlpt.rollout import build_sequences, encode_prompts
-from rlpt.rollout.batch import merge_parts, pad_width
+from rlpt.rollout.batch import RolloutBatch, merge_parts
 from rlpt.evaluation import Evaluator
 from rlpt.rollout.envs import check_domains, make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
@@ -269,24 +269,22 @@ class Trainer:
     tasks_b = [task for task in tasks for _ in range(g)]
     seq, graded, stats, timings = self._episodes(tasks_b, self.sampling, grouped=True,
                                                  params=params, key=key, bucket_rows=bucket_rows)
-    records = [dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
-                    verdict=x.verdict, infra_error=x.infra_error, length=int(n), turns=int(k))
-               for tk, x, n, k in zip(tasks_b, graded, stats["generated"], stats["turns"])]
-    arrays = {
-        "tokens": seq.tokens, "loss_mask": seq.loss_mask, "old_logp": seq.logp,
-        "rewards": np.array([x.reward for x in graded], np.float32),
-        "valid": np.array([not x.infra_error for x in graded], np.float32),
+    records = tuple(dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
+                         verdict=x.verdict, infra_error=x.infra_error, length=int(n), turns=int(k))
+                    for tk, x, n, k in zip(tasks_b, graded, stats["generated"], stats["turns"]))
+    batch = RolloutBatch(
+        tokens=seq.tokens, loss_mask=seq.loss_mask, old_logp=seq.logp,
+        rewards=np.array([x.reward for x in graded], np.float32),
+        valid=np.array([not x.infra_error for x in graded], np.float32),
         # The last turn's completion decides truncation (overlong shaping).
-        "lengths": stats["last_len"],
-        "stopped": stats["stopped"],
-    }
+        lengths=stats["last_len"], stopped=stats["stopped"], records=records)
     timings = collections.defaultdict(float, timings)
     timings["rollout/turns"] = float(np.mean(stats["turns"]))
     timings["rollout/context_overflow"] = float(np.mean(stats["overflow"]))
-    return arrays, records, timings
+    return batch, timings
 
-  def rollout(self, params=None, key=None):
-    """One batch of graded samples as host arrays, per-sample records and timings.
+  def rollout(self, params=None, key=None) -> tuple[RolloutBatch, dict]:
+    """One batch of graded samples (`RolloutBatch`) and its timings.
 
     With ``rl.dynamic_sampling`` groups whose rewards are all equal (no
     learning signal) are dropped and further rollouts refill the batch, up to
@@ -299,41 +297,36 @@ class Trainer:
     cfg, ro = self.cfg, self.cfg.rollout
     key = self._batch_key() if key is None else key
     keys = functools.partial(jax.random.fold_in, key)
-    arrays, records, timings = self._rollout_once(ro.prompts_per_step, params, keys(0))
+    batch, timings = self._rollout_once(ro.prompts_per_step, params, keys(0))
     if not cfg.rl.dynamic_sampling:
-      return arrays, records, timings
-    cands, recs = [arrays], [records]
-    def informative(a):
-      return int(groups_with_signal(a["rewards"].reshape(-1, ro.group_size),
-                                    a["valid"].reshape(-1, ro.group_size)).sum())
-    have = informative(arrays)
+      return batch, timings
+    cands = [batch]
+    def informative(b):
+      return int(groups_with_signal(b.rewards.reshape(-1, ro.group_size),
+                                    b.valid.reshape(-1, ro.group_size)).sum())
+    have = informative(batch)
     while have < ro.prompts_per_step and len(cands) < cfg.rl.max_rollouts_per_step:
-      more, more_rec, more_t = self._rollout_once(ro.prompts_per_step, params, keys(len(cands)))
+      more, more_t = self._rollout_once(ro.prompts_per_step, params, keys(len(cands)))
       cands.append(more)
-      recs.append(more_rec)
       for k, v in more_t.items():
         timings[k] += v
       have += informative(more)
-    # Rollouts may differ in prompt-bucket width: pad to a common one.
-    width = max(c["tokens"].shape[1] for c in cands)
-    offset = 0
-    for c, r in zip(cands, recs):
-      c.update(pad_width(c, width, self.tokenizer.pad_id))
-      c["row"] = np.arange(offset, offset + len(r))
-      offset += len(r)
-    flat_records = [r for rs in recs for r in rs]
-    filled = fill_groups(cands, ro.prompts_per_step, ro.group_size, valid_key="valid")
-    out = filled.arrays
+    # The groups to keep, as rows of all candidates in order (rollouts may
+    # differ in prompt-bucket width: concat pads them to a common one).
+    offsets = np.cumsum([0] + [len(c) for c in cands])
+    filled = fill_groups([{"rewards": c.rewards, "valid": c.valid, "row": np.arange(o, o + len(c))}
+                          for c, o in zip(cands, offsets)],
+                         ro.prompts_per_step, ro.group_size, valid_key="valid")
+    rows = filled.arrays["row"]
     if not filled.complete:
       # Top up with uninformative groups (advantage 0) from the first rollout.
       need = (ro.prompts_per_step - filled.num_groups) * ro.group_size
-      used = set(out["row"].tolist()) if len(out["row"]) else set()
-      spare = np.array([i for i in range(len(cands[0]["rewards"])) if i not in used])[:need]
-      out = {k: np.concatenate([out[k], cands[0][k][spare]]) for k in out}
+      used = set(rows.tolist())
+      spare = np.array([i for i in range(len(cands[0])) if i not in used], np.int64)[:need]
+      rows = np.concatenate([rows, spare]).astype(np.int64)
     timings["dynamic_sampling/rollouts"] = float(len(cands))
     timings["dynamic_sampling/informative_groups"] = float(min(have, ro.prompts_per_step))
-    return ({k: v for k, v in out.items() if k != "row"},
-            [flat_records[i] for i in out["row"]], timings)
+    return RolloutBatch.concat(cands, self.tokenizer.pad_id).take(rows), timings
 
   # --------------------------------------------------------------------------
   # Update.
@@ -347,18 +340,18 @@ class Trainer:
       return None
     return find_shared_prefix(tokens_BxL, g, multiple=8)
 
-  def _advantages(self, arrays, ref_logp, values):
+  def _advantages(self, batch: RolloutBatch, ref_logp, values):
     """Advantages and value targets for a graded batch; applies reward shaping."""
     cfg, rl = self.cfg, self.cfg.rl
-    mask = arrays["loss_mask"] * arrays["valid"][:, None]
-    rewards = arrays["rewards"].copy()
-    truncated = truncated_B(arrays["lengths"], arrays["stopped"], cfg.rollout.max_new_tokens)
+    mask = batch.loss_mask * batch.valid[:, None]
+    rewards = batch.rewards.copy()
+    truncated = truncated_B(batch.lengths, batch.stopped, cfg.rollout.max_new_tokens)
     if rl.overlong_filter:
       mask = overlong_filter_BxT(mask, truncated)
     if rl.overlong_buffer:
-      rewards = rewards + soft_overlong_penalty_B(arrays["lengths"], cfg.rollout.max_new_tokens,
+      rewards = rewards + soft_overlong_penalty_B(batch.lengths, cfg.rollout.max_new_tokens,
                                                   rl.overlong_buffer, rl.overlong_penalty)
-    old_logp = jnp.asarray(arrays["old_logp"])
+    old_logp = jnp.asarray(batch.old_logp)
     seq_kl = sequence_kl_B(old_logp, ref_logp, jnp.asarray(mask))
     token_rewards = None
     if rl.kl_mode == "reward":
@@ -366,7 +359,7 @@ class Trainer:
                                             self.kl_ctl.value)
     adv = compute_advantages(rl.advantage, AdvantageInputs(
         jnp.asarray(rewards), jnp.asarray(mask), cfg.rollout.group_size,
-        jnp.asarray(arrays["valid"]), values, token_rewards, rl.gamma, rl.lam,
+        jnp.asarray(batch.valid), values, token_rewards, rl.gamma, rl.lam,
         rl.whiten_advantages))
     return mask, adv, float(jnp.mean(seq_kl)), float(truncated.mean())
 
@@ -421,35 +414,32 @@ class Trainer:
     done, tasks, key, state = prepared
     ro = self.cfg.rollout
     if done is not None:
-      arrays, records, timings = done
-      arrays["version"] = np.full(len(records), version, np.int32)
-      return arrays, records, timings, state
+      batch, timings = done
+      return batch.with_version(version), timings, state
     parts = collections.defaultdict(list)
     for i, task in enumerate(tasks):
       parts[ro.staleness_of(task.domain)].append(i)
     if len(parts) == 1:
       v = self.pipeline.version_for(wave, next(iter(parts)))
       self.pipeline.wait_version(v)
-      arrays, records, timings = self._rollout_once(len(tasks), self._snapshots[v],
-                                                    jax.random.fold_in(key, 0), tasks=tasks)
-      arrays["version"] = np.full(len(records), v, np.int32)
-      return arrays, records, timings, state
+      batch, timings = self._rollout_once(len(tasks), self._snapshots[v],
+                                          jax.random.fold_in(key, 0), tasks=tasks)
+      return batch.with_version(v), timings, state
 
     def play(k: int, idx: list[int]):
       v = self.pipeline.version_for(wave, k)
       self.pipeline.wait_version(v)
       # Padded to the whole batch: a part's size changes every step, and a
       # program per size would cost more compiling than the rows it saves.
-      a, r, t = self._rollout_once(len(idx), self._snapshots[v], jax.random.fold_in(key, 1 + k),
-                                   tasks=[tasks[i] for i in idx], bucket_rows=False)
-      a["version"] = np.full(len(r), v, np.int32)
-      return idx, a, r, t
+      b, t = self._rollout_once(len(idx), self._snapshots[v], jax.random.fold_in(key, 1 + k),
+                                tasks=[tasks[i] for i in idx], bucket_rows=False)
+      return idx, b.with_version(v), t
 
     order = sorted(parts, reverse=True)  # the longest-lagging part first
     with concurrent.futures.ThreadPoolExecutor(len(order), "rlpt-wave-part") as ex:
       results = [f.result() for f in [ex.submit(play, k, parts[k]) for k in order]]
-    arrays, records, timings = merge_parts(results, ro.group_size, self.tokenizer.pad_id)
-    return arrays, records, timings, state
+    batch, timings = merge_parts(results, ro.group_size, self.tokenizer.pad_id)
+    return batch, timings, state
 
   def train_step(self) -> dict:
     """One full RL step (rollout, reference/value passes, updates). Returns its metrics."""
@@ -464,14 +454,14 @@ class Trainer:
                                    cfg.rollout.max_staleness, self.step + 1, start=False)
       self.pipeline.start()
     if self.pipeline is None:
-      arrays, records, timings = self.rollout()
+      batch, timings = self.rollout()
       version = self.step
     else:
       wave = self.pipeline.get(self.step + 1)
-      (arrays, records, timings, self._consumed_state), version = wave.item, wave.version
+      (batch, timings, self._consumed_state), version = wave.item, wave.version
       timings["async/wait"] = wave.wait_s
       timings["async/ready_waves"] = float(wave.ready)
-    versions = arrays.pop("version", None)
+    records, versions = batch.records, batch.version
     if versions is None:
       timings["async/staleness"] = float(self.step - version)
     else:
@@ -487,18 +477,18 @@ class Trainer:
             [x for x, r in zip(lag, records) if r["domain"] == d]))
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     t = time.perf_counter()
-    shared = self._shared_prefix(arrays["tokens"])
+    shared = self._shared_prefix(batch.tokens)
     logprobs = self._logprobs_for(shared)
     timings["batch/shared_prefix"] = float(shared.length if shared else 0)
-    tokens = host_to_global(arrays["tokens"], bs2)
+    tokens = host_to_global(batch.tokens, bs2)
     if self._recompute_logp and not self._tis_in_step:
       # Behaviour log-probs from the policy itself; the sampler's (int8)
       # log-probs only enter through the truncated importance weights.
-      sampler_logp = arrays["old_logp"]
+      sampler_logp = batch.old_logp
       with self.busy.busy():
-        arrays["old_logp"] = to_host(logprobs(self.policy_params(), tokens))
-      is_weight, is_metrics = truncated_is_weights(arrays["old_logp"], sampler_logp,
-                                                   arrays["loss_mask"], cfg.rl.tis_cap)
+        batch = batch.replace(old_logp=to_host(logprobs(self.policy_params(), tokens)))
+      is_weight, is_metrics = truncated_is_weights(batch.old_logp, sampler_logp,
+                                                   batch.loss_mask, cfg.rl.tis_cap)
       timings.update(is_metrics)
     ref = to_device(self.ref_params, self.ref_sh) if self.ref_on_host else self.ref_params
     with self.busy.busy():
@@ -510,7 +500,7 @@ class Trainer:
     timings["time/reference"] = time.perf_counter() - t
 
     mask, adv, seq_kl, truncated = self._advantages(
-        arrays, jnp.asarray(ref_logp), None if values is None else jnp.asarray(values))
+        batch, jnp.asarray(ref_logp), None if values is None else jnp.asarray(values))
     kl_coef = self.kl_ctl.value
     self.kl_ctl.update(seq_kl, n_steps=cfg.rollout.batch_size)
     adv_BxT = np.asarray(adv.adv_BxT)
@@ -518,11 +508,10 @@ class Trainer:
       # A positive per-token weight on the advantage scales the clipped
       # surrogate exactly as it would scale the loss.
       adv_BxT = adv_BxT * is_weight
-    batch = RLBatch(arrays["tokens"], np.asarray(mask), arrays["old_logp"], ref_logp, adv_BxT)
+    rl_batch = RLBatch(batch.tokens, np.asarray(mask), batch.old_logp, ref_logp, adv_BxT)
     vbatch = None
     if values is not None:
-      vbatch = ValueBatch(arrays["tokens"], np.asarray(mask), values,
-                          np.asarray(adv.returns_BxT))
+      vbatch = ValueBatch(batch.tokens, np.asarray(mask), values, np.asarray(adv.returns_BxT))
 
     t = time.perf_counter()
     mb = cfg.rl.minibatches
@@ -549,7 +538,7 @@ class Trainer:
         idx = perm[k * size:(k + 1) * size]
         # Each minibatch's loss is normalised by the whole batch's counts, so
         # one epoch's gradients add up to the full-batch objective.
-        mini = host_to_global(RLBatch(*(x[idx] for x in batch)), self._batch_sh)
+        mini = host_to_global(RLBatch(*(x[idx] for x in rl_batch)), self._batch_sh)
         with self.busy.busy():
           self.state, m = train_step(self.state, mini, g_counts, g_kl_coef)
           if vbatch is not None:
@@ -592,8 +581,8 @@ class Trainer:
     timings.update(self.pool.stats())
     if self.gen.spec is not None:
       timings.update(self.gen.spec.metrics())
-      timings.update(self.gen.spec.refresh(self.step, self.policy_params(), arrays["tokens"],
-                                        arrays["loss_mask"]))
+      timings.update(self.gen.spec.refresh(self.step, self.policy_params(), batch.tokens,
+                                           batch.loss_mask))
 
     metrics = {f"train/{k}": v / n_updates for k, v in metric_sums.items()}
     for k in ("sampler_kl", "is_weight_mean", "is_capped_fraction"):
@@ -611,11 +600,11 @@ class Trainer:
     # Per-sequence negative log-likelihood of the sampled completions (nats,
     # behaviour policy, the same rows and mean as kl/sequence): the size of
     # the terms that kl/sequence sums.
-    metrics["rollout/nll"] = float(-(np.asarray(arrays["old_logp"]) * np.asarray(mask)).sum(1).mean())
+    metrics["rollout/nll"] = float(-(np.asarray(batch.old_logp) * np.asarray(mask)).sum(1).mean())
     metrics["kl/coef"] = kl_coef
     # CRC-32 of the trained batch's tokens: an integer (exact in float64) that
     # tells whether two runs sampled the same tokens (resume tests compare it).
-    metrics["rollout/token_hash"] = float(zlib.crc32(np.ascontiguousarray(arrays["tokens"])))
+    metrics["rollout/token_hash"] = float(zlib.crc32(np.ascontiguousarray(batch.tokens)))
     gen_tokens = sum(r["length"] for r in records)
     metrics["throughput/generated_tokens_per_s"] = gen_tokens / max(timings["time/generate"], 1e-9)
     return metrics

@@ -8,8 +8,9 @@ sampler's exactly.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -124,38 +125,113 @@ def build_episode_sequences(tokens: Sequence[Sequence[int]], model_mask: Sequenc
   return SequenceBatch(out, mask, lp)
 
 
-def pad_width(arrays: dict, width: int, pad_id: int) -> dict:
-  """Right-pads the sequence arrays of a rollout to ``width`` tokens."""
-  extra = width - arrays["tokens"].shape[1]
-  if not extra:
-    return {}
-  return {
-      "tokens": np.pad(arrays["tokens"], ((0, 0), (0, extra)), constant_values=pad_id),
-      "loss_mask": np.pad(arrays["loss_mask"], ((0, 0), (0, extra))),
-      "old_logp": np.pad(arrays["old_logp"], ((0, 0), (0, extra))),
-  }
+TOKEN, ROW = "token", "row"
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutBatch:
+  """One rollout's graded samples as host arrays, one row per sample (each
+  group's samples adjacent, groups in prompt order).
+
+  Per token: ``tokens`` [B, L] (BOS + prompt + completion, right-padded);
+  ``loss_mask`` and ``old_logp`` [B, L-1], aligned to target tokens 1..L-1.
+  Per row: ``rewards``; ``valid`` (0 where the environment could not grade:
+  the sample is masked); ``lengths`` (the last turn's completion) and
+  ``stopped`` (overlong shaping); ``version``, the policy version that sampled
+  each row (None when the whole batch came from the current one); ``records``,
+  a dict per row (domain, reward, success, verdict, infra_error, length,
+  turns). `FIELDS` declares each array field's kind: `pad_to`, `concat` and
+  `take` treat every field by it, so a new field is declared there once.
+  """
+
+  tokens: np.ndarray
+  loss_mask: np.ndarray
+  old_logp: np.ndarray
+  rewards: np.ndarray
+  valid: np.ndarray
+  lengths: np.ndarray
+  stopped: np.ndarray
+  records: tuple = ()
+  version: np.ndarray | None = None
+
+  FIELDS: ClassVar[dict[str, str]] = {
+      "tokens": TOKEN, "loss_mask": TOKEN, "old_logp": TOKEN,
+      "rewards": ROW, "valid": ROW, "lengths": ROW, "stopped": ROW, "version": ROW}
+
+  def __post_init__(self):
+    b = len(self.tokens)
+    for name in self.FIELDS:
+      x = getattr(self, name)
+      if x is not None and len(x) != b:
+        raise ValueError(f"RolloutBatch.{name} has {len(x)} rows, tokens has {b}.")
+    if self.records and len(self.records) != b:
+      raise ValueError(f"RolloutBatch has {len(self.records)} records for {b} rows.")
+
+  def __len__(self) -> int:
+    return len(self.tokens)
+
+  @property
+  def width(self) -> int:
+    return self.tokens.shape[1]
+
+  def replace(self, **changes) -> "RolloutBatch":
+    return dataclasses.replace(self, **changes)
+
+  def with_version(self, version: int) -> "RolloutBatch":
+    """Every row sampled by policy ``version``."""
+    return self.replace(version=np.full(len(self), version, np.int32))
+
+  def pad_to(self, width: int, pad_id: int) -> "RolloutBatch":
+    """Right-pads the per-token fields to ``width`` tokens (``tokens`` with
+    ``pad_id``, masks and log-probs with 0)."""
+    extra = width - self.width
+    if extra < 0:
+      raise ValueError(f"cannot pad a batch of width {self.width} to {width}.")
+    if not extra:
+      return self
+    return self.replace(**{
+        name: np.pad(getattr(self, name), ((0, 0), (0, extra)),
+                     constant_values=pad_id if name == "tokens" else 0)
+        for name, kind in self.FIELDS.items() if kind == TOKEN})
+
+  def take(self, rows) -> "RolloutBatch":
+    """The batch of ``rows`` (indices, in that order)."""
+    rows = np.asarray(rows, np.int64)
+    arrays = {name: None if getattr(self, name) is None else getattr(self, name)[rows]
+              for name in self.FIELDS}
+    return RolloutBatch(**arrays, records=tuple(self.records[i] for i in rows) if self.records else ())
+
+  @staticmethod
+  def concat(batches: Sequence["RolloutBatch"], pad_id: int) -> "RolloutBatch":
+    """The rows of ``batches`` in order, each padded to the widest."""
+    if not batches:
+      raise ValueError("RolloutBatch.concat needs at least one batch.")
+    width = max(b.width for b in batches)
+    padded = [b.pad_to(width, pad_id) for b in batches]
+    arrays = {}
+    for name in RolloutBatch.FIELDS:
+      xs = [getattr(b, name) for b in padded]
+      if any(x is None for x in xs) and not all(x is None for x in xs):
+        raise ValueError(f"RolloutBatch.concat: '{name}' is set in some batches and not in others.")
+      arrays[name] = None if xs[0] is None else np.concatenate(xs)
+    return RolloutBatch(**arrays, records=tuple(r for b in padded for r in b.records))
 
 
 def merge_parts(parts, group_size: int, pad_id: int):
   """One rollout from parts played separately (per-domain staleness budgets).
 
-  parts: (prompt indices, arrays, records, timings) per part, the arrays'
-  rows being each prompt's ``group_size`` samples in the part's order.
-  Returns (arrays, records, timings) with rows back in prompt order, every
-  part padded to the widest; times and counts add up over parts, per-sample
-  rates are weighted by rows.
+  parts: (prompt indices, RolloutBatch, timings) per part, each batch's rows
+  being each prompt's ``group_size`` samples in the part's order. Returns
+  (RolloutBatch, timings) with rows back in prompt order, every part padded
+  to the widest; times and counts add up over parts, per-sample rates are
+  weighted by rows.
   """
-  width = max(a["tokens"].shape[1] for _, a, _, _ in parts)
   rows = np.concatenate([(np.asarray(idx)[:, None] * group_size + np.arange(group_size)).ravel()
-                         for idx, _, _, _ in parts])
-  back = np.argsort(rows)
-  padded = [{**a, **pad_width(a, width, pad_id)} for _, a, _, _ in parts]
-  arrays = {k: np.concatenate([p[k] for p in padded])[back] for k in padded[0]}
-  flat = [r for _, _, rs, _ in parts for r in rs]
-  records = [flat[i] for i in back]
+                         for idx, _, _ in parts])
+  batch = RolloutBatch.concat([b for _, b, _ in parts], pad_id).take(np.argsort(rows))
   timings: dict[str, float] = collections.defaultdict(float)
-  n = len(records)
-  for _, _, rs, t in parts:
+  n = len(batch)
+  for _, b, t in parts:
     for k, x in t.items():
-      timings[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else x * len(rs) / n
-  return arrays, records, timings
+      timings[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else x * len(b) / n
+  return batch, timings

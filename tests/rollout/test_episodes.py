@@ -109,3 +109,4 @@ def test_turn_budget_is_passed_only_to_tool_domains():
     pool.abandon([a, b])
   finally:
     pool.close()
+

@@ -36,10 +36,10 @@ def test_speculative_rollouts_carry_the_policy_logprobs(tmp_path, monkeypatch):
                                          draft_before, t.gen.spec.draft_params))
     assert max(moved) > 0
 
-    arrays, _, _ = t._rollout_once(t.cfg.rollout.prompts_per_step)
-    lp = np.asarray(t._logprobs_for(None)(t.policy_params(), jax.device_put(arrays["tokens"])))
-    mask = arrays["loss_mask"] > 0
+    arrays, _ = t.rollout()
+    lp = np.asarray(t._logprobs_for(None)(t.policy_params(), jax.device_put(arrays.tokens)))
+    mask = arrays.loss_mask > 0
     assert mask.sum() > 0
-    np.testing.assert_allclose(lp[mask], arrays["old_logp"][mask], atol=2e-4)
+    np.testing.assert_allclose(lp[mask], arrays.old_logp[mask], atol=2e-4)
   finally:
     t.close()
