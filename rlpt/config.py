@@ -280,9 +280,6 @@ class PretrainConfig:
 # ----------------------------------------------------------------------------
 # RL post-training.
 
-# Estimators whose baseline is the prompt's group: a group of one has no signal.
-GROUP_BASELINE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
-
 
 @dataclasses.dataclass(frozen=True)
 class BaseModelConfig:
@@ -708,14 +705,14 @@ class TrainConfig:
   progress: bool = True
 
   def __post_init__(self):
-    from rlpt.rl import ADVANTAGE_ESTIMATORS, lookup
+    from rlpt.rl import ADVANTAGE_ESTIMATORS, is_group_baseline, lookup
     _require(self.steps > 0, f"steps must be > 0, got {self.steps}.")
     _require(self.log_every > 0, f"log_every must be > 0, got {self.log_every}.")
     try:
       lookup(ADVANTAGE_ESTIMATORS, self.rl.advantage)
     except ValueError as e:
       raise ConfigError(f"rl.advantage: {e}") from e
-    if self.rl.advantage in GROUP_BASELINE_ESTIMATORS:
+    if is_group_baseline(self.rl.advantage):
       _require(self.rollout.group_size >= 2,
                f"rollout.group_size must be >= 2 for {self.rl.advantage} (advantages are "
                f"relative to the group), got {self.rollout.group_size}.")

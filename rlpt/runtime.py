@@ -152,14 +152,14 @@ def host_to_global(tree: Any, shardings: Any) -> Any:
 
 
 def to_host(tree: Any) -> Any:
-  """numpy copies of (possibly sharded, possibly multi-process) arrays, on every process."""
-
-  def one(x):
-    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
-      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(jax.device_get(x))
-
-  return jax.tree.map(one, tree)
+  """numpy copies of (possibly sharded, possibly multi-process) arrays, on every
+  process: the arrays other processes hold parts of are gathered, the rest come
+  over in one `jax.device_get` (all transfers started before any is waited on)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  leaves = [np.asarray(multihost_utils.process_allgather(x, tiled=True))
+            if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated
+            else x for x in leaves]
+  return jax.tree.unflatten(treedef, [np.asarray(x) for x in jax.device_get(leaves)])
 
 
 def is_primary() -> bool:

@@ -522,8 +522,7 @@ class Trainer:
     g_kl_coef = host_to_global(np.float32(kl_coef), replicated(self.mesh))
     size = cfg.rollout.batch_size // mb
     order_rng = np.random.default_rng(cfg.seed * 7919 + self.step)
-    metric_sums: dict[str, float] = collections.defaultdict(float)
-    n_updates = 0
+    step_metrics = []  # per update, on device until the last one is done
     train_step = self._train_step_for(shared)
     for _ in range(cfg.rl.ppo_epochs):
       if mb == 1:
@@ -545,10 +544,14 @@ class Trainer:
             vmini = host_to_global(ValueBatch(*(x[idx] for x in vbatch)), self._value_batch_sh)
             self.value_state, vm = self._value_step(self.value_state, vmini, g_counts)
             m = {**m, **vm}
-          m = to_host(m)
-        for key, v in m.items():
-          metric_sums[key] += float(v)
-        n_updates += 1
+        step_metrics.append(m)
+    with self.busy.busy():
+      step_metrics = to_host(step_metrics)  # the metrics leave the device once per step
+    metric_sums: dict[str, float] = collections.defaultdict(float)
+    for m in step_metrics:
+      for key, v in m.items():
+        metric_sums[key] += float(v)
+    n_updates = len(step_metrics)
     # The sampler reads its own (sampling-layout, maybe int8) copy of the new weights.
     with self.busy.busy():
       self._handoff()

@@ -14,7 +14,6 @@ handling, host-side NumPy).
 
 from rlpt.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
-    VALUE_BASED_ESTIMATORS,
     AdvantageInputs,
     Advantages,
     compute_advantages,
@@ -24,6 +23,7 @@ from rlpt.rl.advantages import (
     gae_BxT,
     grpo_advantages,
     masked_whiten,
+    is_group_baseline,
     needs_value_model,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
@@ -65,7 +65,6 @@ from rlpt.rl.value import ValueLossConfig, value_objective
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
-    "VALUE_BASED_ESTIMATORS",
     "AdvantageInputs",
     "Advantages",
     "compute_advantages",
@@ -75,6 +74,7 @@ __all__ = [
     "gae_BxT",
     "grpo_advantages",
     "masked_whiten",
+    "is_group_baseline",
     "needs_value_model",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",

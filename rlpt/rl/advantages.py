@@ -27,14 +27,18 @@ from rlpt.rl.registry import Registry, lookup
 
 ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
 
-# Estimators that need a value model (per-token values); the trainer builds a
-# critic and a value update only for these.
-VALUE_BASED_ESTIMATORS = frozenset({"gae"})
+# Facts recorded where each estimator is registered:
+#   group_baseline: its advantages are relative to the group (needs group_size >= 2);
+#   with_returns: it needs a value model, and this function gives (adv_BxT, returns_BxT)
+#     from AdvantageInputs' fields; the trainer builds a critic only for these.
 
 
 def needs_value_model(name: str) -> bool:
-  lookup(ADVANTAGE_ESTIMATORS, name)
-  return name in VALUE_BASED_ESTIMATORS
+  return ADVANTAGE_ESTIMATORS.fact(name, "with_returns") is not None
+
+
+def is_group_baseline(name: str) -> bool:
+  return bool(ADVANTAGE_ESTIMATORS.fact(name, "group_baseline", False))
 
 
 def _grouped(rewards_B, group_size, valid_B):
@@ -84,7 +88,7 @@ def _batch_normalise(x_B, w_B, eps, centre: bool = True):
   return (dev / (jnp.sqrt(var) + eps) * w)[0]
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo")
+@ADVANTAGE_ESTIMATORS.register("grpo", group_baseline=True)
 def grpo_advantages(rewards_B: jax.Array, group_size: int, valid_B: jax.Array | None = None,
                     eps: float = 1e-6) -> jax.Array:
   """Group-normalised advantages (GRPO): (r - mean_group) / (std_group + eps), [B].
@@ -97,7 +101,7 @@ def grpo_advantages(rewards_B: jax.Array, group_size: int, valid_B: jax.Array | 
   return adv.reshape(rewards_B.shape[0])
 
 
-@ADVANTAGE_ESTIMATORS.register("dr_grpo")
+@ADVANTAGE_ESTIMATORS.register("dr_grpo", group_baseline=True)
 def dr_grpo_advantages(rewards_B: jax.Array, group_size: int,
                        valid_B: jax.Array | None = None) -> jax.Array:
   """Dr. GRPO (Liu et al. 2025): r - mean_group, no std division, [B].
@@ -110,7 +114,7 @@ def dr_grpo_advantages(rewards_B: jax.Array, group_size: int,
   return (dev * w).reshape(rewards_B.shape[0])
 
 
-@ADVANTAGE_ESTIMATORS.register("rloo")
+@ADVANTAGE_ESTIMATORS.register("rloo", group_baseline=True)
 def rloo_advantages(rewards_B: jax.Array, group_size: int,
                     valid_B: jax.Array | None = None) -> jax.Array:
   """REINFORCE leave-one-out (Ahmadian et al. 2024): r_i - mean_{j != i} r_j, [B].
@@ -142,7 +146,7 @@ def reinforce_pp_advantages(rewards_B: jax.Array, group_size: int,
   return _batch_normalise(r.reshape(-1), w.reshape(-1), eps)
 
 
-@ADVANTAGE_ESTIMATORS.register("reinforce_pp_baseline")
+@ADVANTAGE_ESTIMATORS.register("reinforce_pp_baseline", group_baseline=True)
 def reinforce_pp_baseline_advantages(rewards_B: jax.Array, group_size: int,
                                      valid_B: jax.Array | None = None,
                                      eps: float = 1e-6) -> jax.Array:
@@ -239,7 +243,7 @@ def gae_advantages_and_returns(rewards_B: jax.Array, values_BxT: jax.Array, mask
   return adv, ret
 
 
-@ADVANTAGE_ESTIMATORS.register("gae")
+@ADVANTAGE_ESTIMATORS.register("gae", with_returns=gae_advantages_and_returns)
 def gae_advantages(rewards_B: jax.Array, group_size: int, valid_B: jax.Array | None = None, *,
                    values_BxT: jax.Array | None = None, mask_BxT: jax.Array | None = None,
                    gamma: float = 1.0, lam: float = 1.0,
@@ -301,13 +305,13 @@ def compute_advantages(name: str, inp: AdvantageInputs) -> Advantages:
   m = inp.mask_BxT.astype(jnp.float32)
   if inp.valid_B is not None:
     m = m * inp.valid_B.astype(jnp.float32)[:, None]
-  if name in VALUE_BASED_ESTIMATORS:
+  with_returns = ADVANTAGE_ESTIMATORS.fact(name, "with_returns")
+  if with_returns is not None:
     if inp.values_BxT is None:
       raise ValueError(f"advantage estimator '{name}' needs AdvantageInputs.values_BxT "
                        "(per-token values from the value model); got None.")
-    adv, ret = gae_advantages_and_returns(inp.rewards_B, inp.values_BxT, inp.mask_BxT,
-                                          inp.valid_B, inp.gamma, inp.lam,
-                                          inp.token_rewards_BxT, inp.whiten)
+    adv, ret = with_returns(inp.rewards_B, inp.values_BxT, inp.mask_BxT, inp.valid_B, inp.gamma,
+                            inp.lam, inp.token_rewards_BxT, inp.whiten)
     return Advantages(adv, ret)
   rewards = inp.rewards_B.astype(jnp.float32)
   if inp.token_rewards_BxT is not None:

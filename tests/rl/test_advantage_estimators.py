@@ -149,6 +149,11 @@ def test_gae_whitening_and_valid_rows():
       inp.rewards_B, 1, inp.valid_B, values_BxT=inp.values_BxT, mask_BxT=inp.mask_BxT,
       gamma=0.99, lam=0.95)), want, **TOL)
   assert needs_value_model("gae") and not needs_value_model("grpo")
+  from rlpt.rl import is_group_baseline
+  assert [n for n in sorted(ADVANTAGE_ESTIMATORS) if is_group_baseline(n)] == [
+      "dr_grpo", "grpo", "reinforce_pp_baseline", "rloo"]
+  with pytest.raises(ValueError, match="Unknown advantage estimator 'grpoo'"):
+    is_group_baseline("grpoo")
 
 
 @pytest.mark.parametrize("name", OUTCOME)

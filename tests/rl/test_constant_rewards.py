@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlpt.rl import (ADVANTAGE_ESTIMATORS, VALUE_BASED_ESTIMATORS, AdvantageInputs,
+from rlpt.rl import (ADVANTAGE_ESTIMATORS, AdvantageInputs,
                      compute_advantages, fill_groups, gae_advantages_and_returns,
-                     groups_with_signal, masked_whiten)
+                     groups_with_signal, masked_whiten, needs_value_model)
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 CONSTANTS = (0.1, 0.3, 0.7)
@@ -28,7 +28,7 @@ CONSTANTS = (0.1, 0.3, 0.7)
 #   value: a learned value baseline (GAE), tested separately.
 KIND = {"grpo": "group", "dr_grpo": "group", "rloo": "group", "reinforce_pp_baseline": "group",
         "reinforce_pp": "batch", "gae": "value"}
-OUTCOME = sorted(n for n in ADVANTAGE_ESTIMATORS if n not in VALUE_BASED_ESTIMATORS)
+OUTCOME = sorted(n for n in ADVANTAGE_ESTIMATORS if not needs_value_model(n))
 
 
 def reference(name, rewards, g, valid, eps=1e-6):
