@@ -121,9 +121,10 @@ class Trainer:
     self.sampling = SamplingParams(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.eval_sampling = SamplingParams(cfg.eval.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     self.busy = BusyClock()
-    self.gen = RolloutSampling(cfg, self.graphdef, self.model_cfg, self.tokenizer, self.mesh,
-                               self.sample_rules, sample_sh, (self.sampling, self.eval_sampling),
-                               self.busy)
+    self.gen = RolloutSampling(cfg.rollout, cfg.speculative, self.graphdef, self.model_cfg,
+                               self.tokenizer, self.mesh, self.sample_rules, sample_sh,
+                               (self.sampling, self.eval_sampling), self.busy,
+                               draft_key=run_key(cfg.seed, "draft_init"), total_steps=cfg.steps)
     self._handoff()
     # Behaviour log-probs from the policy itself (a stale or int8 sampler's
     # enter only through truncated importance weights). With one update per
@@ -187,7 +188,7 @@ class Trainer:
                                         self.rules),
                              in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
-    self.pool = make_env_pool(cfg)
+    self.pool = make_env_pool(cfg.env, cfg.domains, cfg.rollout)
     self.episode_runner = EpisodeRunner(
         self.pool, self.tokenizer, max_prompt_len=cfg.rollout.max_prompt_len,
         max_new_tokens=cfg.rollout.max_new_tokens, stop_ids=self.gen.sampler.stop_ids,

@@ -354,20 +354,22 @@ def check_domains(domains, max_prompt_len: int | None = None) -> None:
                         f"{spec.max_prompt_chars + 1} (BOS included).")
 
 
-def make_env_pool(cfg):
-  """A run's environment pool (``TrainConfig``): this host's threads or Ray actors (``env.backend``)."""
-  e, ro = cfg.env, cfg.rollout
+def make_env_pool(env, domains, rollout):
+  """A run's environment pool from its ``env``, ``domains`` and ``rollout``
+  config sections (the episode's attempts and turn budget): this host's
+  threads or Ray actors (``env.backend``)."""
+  e, ro = env, rollout
   kwargs = dict(max_attempts=ro.max_attempts, max_turns=ro.max_turns,
                 sandbox_workers=e.sandbox_workers,
-                priorities=dict(zip(cfg.domains.ids, e.priorities)) if e.priorities else None,
+                priorities=dict(zip(domains.ids, e.priorities)) if e.priorities else None,
                 retries=e.retries, backoff_s=e.backoff_s, job_timeout_s=e.job_timeout_s,
                 aging_s=e.aging_s, latency_s=e.latency_s, latency_dist=e.latency_dist,
-                files=register_domain_files(cfg.domains.files))
+                files=register_domain_files(domains.files))
   if e.backend == "ray":
     from rlpt.rollout.ray_backend import RayEnvPool
-    return RayEnvPool(cfg.domains.ids, workers=e.workers, address=e.ray_address,
+    return RayEnvPool(domains.ids, workers=e.workers, address=e.ray_address,
                       actors=e.ray_actors, **kwargs)
-  return EnvPool(cfg.domains.ids, workers=e.workers, **kwargs)
+  return EnvPool(domains.ids, workers=e.workers, **kwargs)
 
 
 class PendingSteps:

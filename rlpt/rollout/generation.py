@@ -18,8 +18,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from rlpt.config import TrainConfig
-from rlpt.keys import run_key
+from rlpt.config import RolloutConfig, SpeculativeConfig
 from rlpt.models import ModelConfig
 from rlpt.rollout.pipeline import BusyClock
 from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global,
@@ -39,18 +38,19 @@ class RolloutSampling:
   the speculative draft (``DraftedSampling``) or None.
   """
 
-  def __init__(self, cfg: TrainConfig, graphdef: nnx.GraphDef, model_cfg: ModelConfig,
-               tokenizer, mesh: Mesh, sample_rules: Rules, sample_sh,
-               modes: tuple[SamplingParams, ...], busy: BusyClock):
-    ro = cfg.rollout
-    self.cfg, self.mesh, self.sample_rules, self.busy = cfg, mesh, sample_rules, busy
+  def __init__(self, rollout: RolloutConfig, speculative: SpeculativeConfig,
+               graphdef: nnx.GraphDef, model_cfg: ModelConfig, tokenizer, mesh: Mesh,
+               sample_rules: Rules, sample_sh, modes: tuple[SamplingParams, ...],
+               busy: BusyClock, *, draft_key: jax.Array, total_steps: int):
+    ro = rollout
+    self.rollout_cfg, self.mesh, self.sample_rules, self.busy = rollout, mesh, sample_rules, busy
     self.params = None
     args = (ro.max_prompt_len, ro.max_new_tokens, tokenizer.pad_id, (tokenizer.eos_id,))
     param_sh = sample_sh
     self.quantize = None
     self.group_generate_fns = {}
     self.spec = None
-    if not (ro.fast_sampler or cfg.speculative.gamma):
+    if not (ro.fast_sampler or speculative.gamma):
       self.sampler = Sampler(graphdef, model_cfg, *args, decode_phases=ro.decode_phases)
     else:
       try:
@@ -73,12 +73,12 @@ class RolloutSampling:
             modes[0]: jit_sampler(grouped, modes[0], param_sh, mesh, sample_rules)}
     self.generate_fns = {sp: jit_sampler(self.sampler, sp, param_sh, mesh, sample_rules)
                          for sp in set(modes)}
-    if cfg.speculative.gamma:
+    if speculative.gamma:
       layouts = {False: FlatLayout(ro.kv_int8)}
       if self.group_generate_fns:
         layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
-      self.spec = DraftedSampling(cfg.speculative, graphdef, model_cfg, args, layouts, param_sh,
-                                  mesh, sample_rules, run_key(cfg.seed, "draft_init"), cfg.steps)
+      self.spec = DraftedSampling(speculative, graphdef, model_cfg, args, layouts, param_sh,
+                                  mesh, sample_rules, draft_key, total_steps)
 
   def handoff(self, params: nnx.State) -> None:
     """Gives the sampler ``params`` (already in the sampling layout), quantized
@@ -105,11 +105,11 @@ class RolloutSampling:
     grouped = grouped and sampling in self.group_generate_fns
     g = 1
     if grouped:
-      g = self.cfg.rollout.group_size
+      g = self.rollout_cfg.group_size
       ids, lengths = ids[::g], lengths[::g]
       fn = self.group_generate_fns[sampling]
     n = len(ids)
-    full = self.cfg.rollout.batch_size // g
+    full = self.rollout_cfg.batch_size // g
     size = max(full, n)
     if bucket_rows:
       size = row_bucket(n, size, batch_multiple(self.mesh, self.sample_rules),
