@@ -548,6 +548,10 @@ class RLConfig:
   # tis_cap), truncated importance sampling for the sampler's mismatch.
   recompute_old_logp: bool = False
   tis_cap: float = 2.0
+  # Where those weights are taken: inside the update's own forward pass when the
+  # update allows it (see TrainConfig.tis_in_step), else by a scoring pass
+  # first. False always runs the scoring pass (the same update, one more pass).
+  tis_in_step: bool = True
   # The reference pass, old log-probs and the update run each GRPO group's
   # shared prompt once instead of once per sample (same log-probs and
   # gradients; rlpt.steps.SharedPrefix). With minibatches > 1, minibatches
@@ -751,6 +755,27 @@ class TrainConfig:
     from rlpt.rl import needs_value_model
     return needs_value_model(self.rl.advantage)
 
+  @property
+  def recomputes_old_logp(self) -> bool:
+    """Whether old_logp is the policy's own on the sampled batch, with the
+    sampler's log-probs entering only through truncated importance weights:
+    asked for, or forced by a sampler that is not the policy (int8 weights or
+    cache, asynchronous staleness)."""
+    ro = self.rollout
+    return self.rl.recompute_old_logp or ro.weights_int8 or ro.kv_int8 or ro.max_staleness > 0
+
+  @property
+  def tis_in_step(self) -> bool:
+    """Whether the update takes those weights from its own forward pass
+    (LossConfig.behaviour_tis_cap) instead of a scoring pass before it. It can
+    when nothing needs the policy's log-probs before the update: one update per
+    batch (several would each need the same proximal policy), the KL in the
+    loss (in the reward it is computed from them beforehand) and a fixed KL
+    coefficient (the adaptive controller reads the batch's KL first)."""
+    rl = self.rl
+    return (self.recomputes_old_logp and rl.tis_in_step and rl.ppo_epochs == 1
+            and rl.minibatches == 1 and rl.kl_mode == "loss" and rl.kl_controller == "fixed")
+
   def loss_config(self):
     from rlpt.rl import LossConfig
     rl = self.rl
@@ -759,7 +784,8 @@ class TrainConfig:
           policy_loss=rl.policy_loss, clip_eps=rl.clip_eps, clip_eps_high=rl.clip_eps_high,
           dual_clip_c=rl.dual_clip_c, kl_beta=rl.kl_beta if rl.kl_mode == "loss" else 0.0,
           kl_estimator=rl.kl_estimator, aggregation=rl.aggregation,
-          entropy_coef=rl.entropy_coef, norm_len=self.rollout.max_new_tokens)
+          entropy_coef=rl.entropy_coef, norm_len=self.rollout.max_new_tokens,
+          behaviour_tis_cap=rl.tis_cap if self.tis_in_step else 0.0)
     except ValueError as e:
       raise ConfigError(f"rl: {e}") from e
 

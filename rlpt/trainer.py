@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
 import functools
 import json
 import logging
@@ -127,17 +126,10 @@ class Trainer:
                                draft_key=run_key(cfg.seed, "draft_init"), total_steps=cfg.steps)
     self._handoff()
     # Behaviour log-probs from the policy itself (a stale or int8 sampler's
-    # enter only through truncated importance weights). With one update per
-    # batch the train step does it from its own forward pass
-    # (LossConfig.behaviour_tis_cap); otherwise a scoring pass recomputes them.
-    self._recompute_logp = (cfg.rl.recompute_old_logp or cfg.rollout.weights_int8
-                            or cfg.rollout.kv_int8 or cfg.rollout.max_staleness > 0)
-    self._tis_in_step = (self._recompute_logp and cfg.rl.ppo_epochs == 1
-                         and cfg.rl.minibatches == 1 and cfg.rl.kl_mode == "loss"
-                         and cfg.rl.kl_controller == "fixed")
+    # enter only through truncated importance weights): inside the update where
+    # it allows it (TrainConfig.tis_in_step), else a scoring pass first.
+    self._scoring_pass = cfg.recomputes_old_logp and not cfg.tis_in_step
     self._loss_cfg = cfg.loss_config()
-    if self._tis_in_step:
-      self._loss_cfg = dataclasses.replace(self._loss_cfg, behaviour_tis_cap=cfg.rl.tis_cap)
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     rep = replicated(self.mesh)
     self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
@@ -482,15 +474,15 @@ class Trainer:
     logprobs = self._logprobs_for(shared)
     timings["batch/shared_prefix"] = float(shared.length if shared else 0)
     tokens = host_to_global(batch.tokens, bs2)
-    if self._recompute_logp and not self._tis_in_step:
+    if self._scoring_pass:
       # Behaviour log-probs from the policy itself; the sampler's (int8)
       # log-probs only enter through the truncated importance weights.
       sampler_logp = batch.old_logp
       with self.busy.busy():
         batch = batch.replace(old_logp=to_host(logprobs(self.policy_params(), tokens)))
-      is_weight, is_metrics = truncated_is_weights(batch.old_logp, sampler_logp,
-                                                   batch.loss_mask, cfg.rl.tis_cap)
-      timings.update(is_metrics)
+      is_weight, is_metrics = to_host(truncated_is_weights(
+          batch.old_logp, sampler_logp, batch.loss_mask, cfg.rl.tis_cap))
+      timings.update({f"rollout/{k}": float(v) for k, v in is_metrics.items()})
     ref = to_device(self.ref_params, self.ref_sh) if self.ref_on_host else self.ref_params
     with self.busy.busy():
       ref_logp = to_host(logprobs(ref, tokens))
@@ -505,7 +497,7 @@ class Trainer:
     kl_coef = self.kl_ctl.value
     self.kl_ctl.update(seq_kl, n_steps=cfg.rollout.batch_size)
     adv_BxT = np.asarray(adv.adv_BxT)
-    if self._recompute_logp and not self._tis_in_step:
+    if self._scoring_pass:
       # A positive per-token weight on the advantage scales the clipped
       # surrogate exactly as it would scale the loss.
       adv_BxT = adv_BxT * is_weight

@@ -37,7 +37,6 @@ from rlpt.rl.filters import (
     overlong_filter_BxT,
     soft_overlong_penalty_B,
     truncated_B,
-    truncated_is_weights,
 )
 from rlpt.rl.kl import (
     KL_CONTROLLERS,
@@ -59,6 +58,7 @@ from rlpt.rl.losses import (
     kl_estimate,
     loss_counts,
     policy_objective,
+    truncated_is_weights,
 )
 from rlpt.rl.registry import lookup
 from rlpt.rl.value import ValueLossConfig, value_objective

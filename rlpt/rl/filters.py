@@ -141,19 +141,3 @@ def soft_overlong_penalty_B(completion_len_B: np.ndarray, max_len: int, buffer: 
   start = max_len - buffer
   pen = np.where(n <= start, 0.0, (start - n) / buffer * factor)
   return np.where(n > max_len, -factor, pen).astype(np.float32)
-
-
-def truncated_is_weights(policy_logp: np.ndarray, sampler_logp: np.ndarray, mask: np.ndarray,
-                         cap: float) -> tuple[np.ndarray, dict]:
-  """Per-token min(pi_policy / pi_sampler, cap) on sampled tokens (1 elsewhere), and
-  metrics of the sampler's mismatch: k1 estimate of KL(sampler || policy) and
-  the fraction of tokens whose weight was capped."""
-  ratio = np.exp(policy_logp - sampler_logp)
-  on = mask > 0
-  weight = np.where(on, np.minimum(ratio, cap), 1.0).astype(np.float32)
-  n = max(int(on.sum()), 1)
-  return weight, {
-      "rollout/sampler_kl": float(((sampler_logp - policy_logp) * on).sum() / n),
-      "rollout/is_weight_mean": float((weight * on).sum() / n),
-      "rollout/is_capped_fraction": float(((ratio > cap) & on).sum() / n),
-  }

@@ -270,6 +270,22 @@ def entropy_from_logits(logits_BxTxV: jax.Array,
   return -jnp.sum(p * safe, axis=-1)
 
 
+def truncated_is_weights(policy_logp_BxT, sampler_logp_BxT, mask_BxT, cap: float):
+  """Per-token min(pi_policy / pi_sampler, cap) on sampled tokens (1 elsewhere),
+  and metrics of the sampler's mismatch: ``sampler_kl`` (k1 estimate of
+  KL(sampler || policy)), ``is_weight_mean`` and ``is_capped_fraction``, each
+  over the sampled tokens. The one implementation of truncated importance
+  weights: inside the update (`policy_objective`, ``behaviour_tis_cap``) and
+  after a scoring pass (the trainer)."""
+  ratio = jnp.exp(policy_logp_BxT - sampler_logp_BxT)
+  on = mask_BxT > 0
+  n = jnp.maximum(on.sum(), 1)
+  weight = jnp.where(on, jnp.minimum(ratio, cap), 1.0)
+  return weight, {"sampler_kl": jnp.sum(jnp.where(on, sampler_logp_BxT - policy_logp_BxT, 0.0)) / n,
+                  "is_weight_mean": jnp.sum(jnp.where(on, weight, 0.0)) / n,
+                  "is_capped_fraction": jnp.sum(on & (ratio > cap)) / n}
+
+
 def policy_objective(logp_BxT, old_logp_BxT, ref_logp_BxT, adv_B, mask_BxT, cfg: LossConfig,
                      num_tokens=None, num_seqs=None, *, kl_coef=None, entropy_BxT=None):
   """Total policy loss (PG + beta * KL - entropy_coef * H) and per-batch metrics.
@@ -286,13 +302,7 @@ def policy_objective(logp_BxT, old_logp_BxT, ref_logp_BxT, adv_B, mask_BxT, cfg:
   if cfg.behaviour_tis_cap:
     # old_logp is the behaviour policy's; the proximal policy is this one.
     prox = jax.lax.stop_gradient(logp_BxT)
-    ratio = jnp.exp(prox - old_logp_BxT)
-    on = mask > 0
-    n = jnp.maximum(mask.sum(), 1.0)
-    weight = jnp.where(on, jnp.minimum(ratio, cfg.behaviour_tis_cap), 1.0)
-    is_metrics = {"sampler_kl": jnp.sum(jnp.where(on, old_logp_BxT - prox, 0.0)) / n,
-                  "is_weight_mean": jnp.sum(jnp.where(on, weight, 0.0)) / n,
-                  "is_capped_fraction": jnp.sum(on & (ratio > cfg.behaviour_tis_cap)) / n}
+    weight, is_metrics = truncated_is_weights(prox, old_logp_BxT, mask, cfg.behaviour_tis_cap)
     adv_BxT = adv_BxT * weight
     old_logp_BxT = prox
   pg_BxT, aux = lookup(POLICY_LOSSES, cfg.policy_loss)(logp_BxT, old_logp_BxT, adv_BxT, cfg, mask)

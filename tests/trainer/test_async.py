@@ -101,12 +101,12 @@ def test_weights_in_the_step_equal_the_recomputing_pass(tmp_path, monkeypatch):
     cd.optim.warmup_steps = 0
     cd.rollout.staleness = 1
     cd.base.cache_dir = str(tmp_path / "bases")
-    t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / f"r{in_step}"))
+    cd.rl.tis_in_step = in_step
+    cfg = from_config_dict(TrainConfig, cd)
+    assert cfg.recomputes_old_logp and cfg.tis_in_step == in_step
+    assert (cfg.loss_config().behaviour_tis_cap > 0) == in_step
+    t = Trainer(cfg, str(tmp_path / f"r{in_step}"))
     try:
-      assert t._tis_in_step
-      if not in_step:
-        t._tis_in_step = False
-        t._loss_cfg = t.cfg.loss_config()
       ms = [t.train_step() for _ in range(3)]
       out.append((ms, jax.tree.map(np.asarray, t.policy_params())))
     finally:
