@@ -65,7 +65,7 @@ def build(part: str):
   from rlpt.models import Transformer
   from rlpt.rl import LossConfig
   from rlpt.sampling import Sampler, SamplingParams
-  from rlpt.steps import (Counts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
+  from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
                           rl_train_step, sequence_logprobs)
 
   cfg = W.model_config()
@@ -95,7 +95,7 @@ def build(part: str):
   ref = logprobs(params, tokens)
   adv = jnp.asarray(rng.normal(size=(rows, 1)), jnp.float32) * mask
   batch = RLBatch(tokens, mask, ref, ref, adv)
-  counts = Counts(jnp.float32(rows * W.GRPO_NEW), jnp.float32(rows))
+  counts = LossCounts(jnp.float32(rows * W.GRPO_NEW), jnp.float32(rows))
   update = jax.jit(lambda s, b, c, k: rl_train_step(s, b, c, k, graphdef=graphdef,
                                                      optimizer=optimizer, loss_cfg=loss_cfg,
                                                      sampling=sampling, shared=shared))

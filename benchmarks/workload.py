@@ -150,7 +150,7 @@ def measure(seed: int = 0) -> dict:
   from rlpt.sampling import Sampler, SamplingParams
   from rlpt.sampling.cached import FastSampler
   from rlpt.sampling.prefix import PrefixLayout
-  from rlpt.steps import (Counts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
+  from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
                           rl_train_step, sequence_logprobs)
 
   from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -219,7 +219,7 @@ def measure(seed: int = 0) -> dict:
     adv = grpo_advantages(rewards, GROUP)[:, None] * mask
     c = loss_counts(mask)
     batch = RLBatch(tokens, mask, jnp.asarray(seq.logp), ref_logp, adv)
-    state, metrics = update(state, batch, Counts(jnp.float32(c.num_tokens), jnp.float32(c.num_seqs)),
+    state, metrics = update(state, batch, LossCounts(jnp.float32(c.num_tokens), jnp.float32(c.num_seqs)),
                             jnp.float32(0.04))
     jax.block_until_ready(metrics)
     t3 = time.perf_counter()
@@ -235,7 +235,7 @@ def measure(seed: int = 0) -> dict:
   out.update(step_s=med[0], gen_s=med[1], ref_s=med[2], update_s=med[3])
   out["gen_flops"] = generation_flops(cfg, rows, PROMPT, GRPO_NEW, GROUP)
   out["ref_flops"] = _flops(logprobs, reference, batch.tokens)
-  counts = Counts(jnp.float32(1.0), jnp.float32(1.0))
+  counts = LossCounts(jnp.float32(1.0), jnp.float32(1.0))
   out["update_flops"] = _flops(update, state, batch, counts, jnp.float32(0.04))
   return out
 

@@ -18,8 +18,8 @@ from flax import nnx
 
 from rlpt.config import OptimConfig
 from rlpt.models import causal_mask, init_cache
-from rlpt.rl import (LossConfig, ValueLossConfig, entropy_from_logits, policy_objective,
-                     value_objective)
+from rlpt.rl import (LossConfig, LossCounts, ValueLossConfig, entropy_from_logits,
+                     policy_objective, value_objective)
 from rlpt.sampling.logits import SamplingParams, token_logprobs
 
 
@@ -55,12 +55,8 @@ class ValueBatch(NamedTuple):
   returns: jax.Array
 
 
-class Counts(NamedTuple):
-  """Global trained-token and sequence counts of a whole batch, per minibatch
-  share (so losses summed over minibatches equal the full-batch loss)."""
-
-  num_tokens: jax.Array
-  num_seqs: jax.Array
+# The step functions take the whole batch's normalisers as rlpt.rl.LossCounts,
+# per minibatch share (so losses summed over minibatches equal the full-batch loss).
 
 
 def make_optimizer(cfg: OptimConfig, total_steps: int) -> optax.GradientTransformation:
@@ -167,7 +163,7 @@ def sequence_logprobs(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax
   return token_logprobs(logits, tokens_BxL[:, 1:], sampling)
 
 
-def rl_train_step(state: TrainState, batch: RLBatch, counts: Counts, kl_coef: jax.Array, *,
+def rl_train_step(state: TrainState, batch: RLBatch, counts: LossCounts, kl_coef: jax.Array, *,
                   graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
                   loss_cfg: LossConfig, sampling: SamplingParams,
                   shared: SharedPrefix | None = None) -> tuple[TrainState, dict]:
@@ -188,7 +184,7 @@ def rl_train_step(state: TrainState, batch: RLBatch, counts: Counts, kl_coef: ja
                                                     "grad_norm": optax.tree.norm(grads)}
 
 
-def policy_loss(params: nnx.State, batch: RLBatch, counts: Counts, kl_coef: jax.Array, *,
+def policy_loss(params: nnx.State, batch: RLBatch, counts: LossCounts, kl_coef: jax.Array, *,
                 graphdef: nnx.GraphDef, loss_cfg: LossConfig, sampling: SamplingParams,
                 shared: SharedPrefix | None = None) -> tuple[jax.Array, dict]:
   """The policy objective of ``batch`` under ``params``: (loss, metrics)."""
@@ -216,7 +212,7 @@ def sequence_values(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.A
   return model(inputs, positions, causal_mask(positions, positions))
 
 
-def value_train_step(state: TrainState, batch: ValueBatch, counts: Counts, *,
+def value_train_step(state: TrainState, batch: ValueBatch, counts: LossCounts, *,
                      graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
                      value_cfg: ValueLossConfig) -> tuple[TrainState, dict]:
   """One critic update on the clipped value loss."""

@@ -61,7 +61,7 @@ from rlpt.runtime import (batch_sharding, check_batch, host_to_global, is_primar
                           to_host, with_rules)
 from rlpt.sampling import SamplingParams
 from rlpt.sharding import make_mesh, state_shardings
-from rlpt.steps import (Counts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
+from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
                         make_optimizer, rl_train_step, sequence_logprobs, sequence_values,
                         value_train_step)
 
@@ -133,7 +133,7 @@ class Trainer:
     bs2 = batch_sharding(self.mesh, self.rules, 2)
     rep = replicated(self.mesh)
     self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
-    self._counts_sh = Counts(rep, rep)
+    self._counts_sh = LossCounts(rep, rep)
 
     # One compiled update and scoring pass per shared-prefix length (bucketed).
     @functools.cache
@@ -509,7 +509,7 @@ class Trainer:
     t = time.perf_counter()
     mb = cfg.rl.minibatches
     c = loss_counts(jnp.asarray(mask))
-    counts = Counts(jnp.float32(c.num_tokens) / mb, jnp.float32(c.num_seqs) / mb)
+    counts = LossCounts(jnp.float32(c.num_tokens) / mb, jnp.float32(c.num_seqs) / mb)
     # Scalars go in as global arrays too (multi-process runs need them).
     g_counts = host_to_global(counts, self._counts_sh)
     g_kl_coef = host_to_global(np.float32(kl_coef), replicated(self.mesh))

@@ -31,7 +31,7 @@ from experiments import grpo_default  # noqa: E402
 from rlpt.config import TrainConfig, from_config_dict  # noqa: E402
 from rlpt.runtime import host_to_global, replicated, to_host  # noqa: E402
 from rlpt.metrics import WALL_CLOCK_PREFIXES  # noqa: E402
-from rlpt.steps import Counts, RLBatch  # noqa: E402
+from rlpt.steps import LossCounts, RLBatch  # noqa: E402
 from rlpt.trainer import Trainer  # noqa: E402
 
 cd = grpo_default.get_config("smoke")
@@ -59,7 +59,7 @@ synthetic = RLBatch(rng.integers(3, 259, (b, l)).astype(np.int32),
                     -rng.random((b, l - 1)).astype(np.float32) * 3,
                     rng.standard_normal((b, l - 1)).astype(np.float32))
 n = np.float32(synthetic.loss_mask.sum())
-counts = host_to_global(Counts(n, np.float32(b)), trainer._counts_sh)
+counts = host_to_global(LossCounts(n, np.float32(b)), trainer._counts_sh)
 state, m = trainer._train_step_for(None)(trainer.state, host_to_global(synthetic, trainer._batch_sh),
                                counts, host_to_global(np.float32(0.05), replicated(trainer.mesh)))
 params = to_host(state.params)

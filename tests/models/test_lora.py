@@ -16,7 +16,7 @@ from rlpt.models.lora import (LoraConfig, apply_lora, init_lora, load_adapters,
 from rlpt.rl import LossConfig
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import DEFAULT_RULES, make_mesh, state_shardings
-from rlpt.steps import Counts, RLBatch, TrainState, forward_logits, sequence_logprobs
+from rlpt.steps import LossCounts, RLBatch, TrainState, forward_logits, sequence_logprobs
 
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
                   head_dim=8, mlp_dim=48, tie_embeddings=False, scale_tied_head=False)
@@ -104,7 +104,7 @@ def test_gradient_and_optimizer_cover_only_the_adapters(base):
   sampling = SamplingParams(1.0)
   ref = _logprobs(graphdef, params, tokens, sampling)
   batch = RLBatch(tokens, mask, ref, ref, adv)
-  counts = Counts(mask.sum(), jnp.asarray(4.0))
+  counts = LossCounts(mask.sum(), jnp.asarray(4.0))
   step = jax.jit(lambda s, b: lora_rl_train_step(
       s, b, batch, counts, jnp.asarray(0.0), graphdef=graphdef, optimizer=optimizer,
       loss_cfg=LossConfig(), sampling=sampling, lora_cfg=LORA))

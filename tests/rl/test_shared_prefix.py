@@ -17,7 +17,7 @@ from flax import nnx
 from rlpt.models import ModelConfig, Transformer
 from rlpt.rl import LossConfig
 from rlpt.sampling import SamplingParams
-from rlpt.steps import (Counts, RLBatch, SharedPrefix, check_shared_prefix, find_shared_prefix,
+from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, check_shared_prefix, find_shared_prefix,
                         policy_loss, sequence_logprobs)
 
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -61,7 +61,7 @@ def test_shared_prefix_gradients_equal_plain():
   ref = old + jnp.asarray(rng.normal(size=old.shape) * 0.05, jnp.float32)
   adv = jnp.asarray(rng.normal(size=(b, 1)), jnp.float32) * mask
   batch = RLBatch(tokens, mask, old, ref, adv)
-  counts = Counts(mask.sum(), jnp.float32(b))
+  counts = LossCounts(mask.sum(), jnp.float32(b))
   loss_cfg = LossConfig(policy_loss="ppo_clip", kl_beta=0.04, kl_estimator="k3",
                         entropy_coef=0.01)
 

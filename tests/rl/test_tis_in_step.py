@@ -20,7 +20,7 @@ from flax import nnx
 from rlpt.models import ModelConfig, Transformer
 from rlpt.rl import LossConfig
 from rlpt.sampling import SamplingParams
-from rlpt.steps import Counts, RLBatch, policy_loss, sequence_logprobs
+from rlpt.steps import LossCounts, RLBatch, policy_loss, sequence_logprobs
 
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
                   head_dim=8, mlp_dim=64)
@@ -40,7 +40,7 @@ def test_in_step_weights_equal_recomputed_two_pass(loss):
   sampler = policy + jnp.asarray(rng.uniform(-0.6, 0.6, size=policy.shape), jnp.float32)
   ref = policy + jnp.asarray(rng.normal(size=policy.shape) * 0.05, jnp.float32)
   adv = jnp.asarray(rng.normal(size=(b, 1)), jnp.float32) * mask
-  counts = Counts(mask.sum(), jnp.float32(b))
+  counts = LossCounts(mask.sum(), jnp.float32(b))
   base = LossConfig(policy_loss=loss, kl_beta=0.04, kl_estimator="k3")
 
   weight = np.where(np.asarray(mask) > 0, np.minimum(np.exp(policy - sampler), CAP), 1.0)

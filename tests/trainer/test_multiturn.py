@@ -94,7 +94,7 @@ def test_shared_prefix_scoring_and_update_equal_plain(trainer):
   parameters 1e-6: the update moves them by about lr = 1e-5 times Adam's unit step)."""
   import jax.numpy as jnp
 
-  from rlpt.steps import Counts, RLBatch, check_shared_prefix
+  from rlpt.steps import LossCounts, RLBatch, check_shared_prefix
 
   t = trainer
   tasks = t.task_stream.next_tasks(t.domain_sampler)
@@ -110,7 +110,7 @@ def test_shared_prefix_scoring_and_update_equal_plain(trainer):
   mask = np.asarray(seq.loss_mask, np.float32)
   adv = np.random.default_rng(0).normal(size=(len(mask), 1)).astype(np.float32) * mask
   batch = RLBatch(seq.tokens, mask, plain, plain - 0.01, adv)
-  counts = Counts(jnp.float32(mask.sum()), jnp.float32(len(mask)))
+  counts = LossCounts(jnp.float32(mask.sum()), jnp.float32(len(mask)))
   out = {}
   for key in (None, shared):
     state = jax.tree.map(jnp.copy, t.state)
