@@ -386,12 +386,16 @@ class Trainer:
         self.domain_sampler.update(self._curriculum_log[s])
       self._curriculum_applied = max(self._curriculum_applied, version)
       key = self._batch_key(wave)  # wave w is trained by update w, as in a synchronous run
-      if self.cfg.rl.dynamic_sampling:
-        done = self.rollout(params=self._snapshots[version], key=key)
-        tasks = None
-      else:
-        done = None
+      done = tasks = None
+      if not self.cfg.rl.dynamic_sampling:
         tasks = self.task_stream.next_tasks(self.domain_sampler)
+    if self.cfg.rl.dynamic_sampling:
+      # Not under the lock: the rollout takes it for each of its draws only, so
+      # the consumer's update (which takes it to log the step's curriculum
+      # update) does not wait for this whole rollout. Only prepares, which run
+      # one at a time in wave order, change the sampler and the task stream.
+      done = self.rollout(params=self._snapshots[version], key=key)
+    with self._curriculum_lock:
       state = {"tasks": self.task_stream.state_dict(),
                "curriculum": self.domain_sampler.state_dict(), "curriculum_applied": version}
     return done, tasks, key, state

@@ -12,9 +12,11 @@ from rlpt.config import TrainConfig, from_config_dict
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run(tmp, name, staleness, steps, latency=0.0, domain_staleness=None):
+def _run(tmp, name, staleness, steps, latency=0.0, domain_staleness=None, dynamic=False):
   from rlpt.trainer import Trainer
   cd = grpo_default.get_config("smoke")
+  if dynamic:
+    cd.rl.update(dynamic_sampling=True, max_rollouts_per_step=2)
   cd.progress = False
   cd.checkpoint.every = 0
   cd.optim.warmup_steps = 0  # every update moves the policy
@@ -54,6 +56,20 @@ def test_asynchronous_runs_are_reproducible(runs):
   a, b = runs
   # Different environment latency (so different thread timing), same batches.
   assert [m["rollout/token_hash"] for m in a] == [m["rollout/token_hash"] for m in b]
+  np.testing.assert_allclose([m["train/loss"] for m in a], [m["train/loss"] for m in b],
+                             rtol=1e-5, atol=1e-7)
+
+
+def test_asynchronous_dynamic_sampling_is_reproducible(tmp_path, monkeypatch):
+  """A dynamic-sampling rollout runs in the producer without holding the
+  curriculum lock through it (it takes the lock for each draw); the batches
+  still do not depend on timing."""
+  monkeypatch.chdir(ROOT)
+  a = _run(tmp_path, "a", 1, 3, latency=0.01, dynamic=True)
+  b = _run(tmp_path, "b", 1, 3, dynamic=True)
+  assert [m["rollout/token_hash"] for m in a] == [m["rollout/token_hash"] for m in b]
+  assert [m["dynamic_sampling/rollouts"] for m in a] == [m["dynamic_sampling/rollouts"] for m in b]
+  assert all(m["dynamic_sampling/rollouts"] >= 1 for m in a)
   np.testing.assert_allclose([m["train/loss"] for m in a], [m["train/loss"] for m in b],
                              rtol=1e-5, atol=1e-7)
 
