@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+ROOTPATH := $(VENV)/.checkout-path
 WORKDIR ?= runs/grpo_default
 CONFIG ?= experiments/grpo_default.py
 
@@ -13,7 +14,7 @@ PEERS := .peers
 
 .PHONY: setup system train smoke test bench bench-peers clean
 
-setup: system $(STAMP)
+setup: system $(STAMP) $(ROOTPATH)
 
 system:
 	@bash launch/setup_system.sh
@@ -23,6 +24,12 @@ $(STAMP): requirements.txt
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements.txt
 	touch $(STAMP)
+
+# The checkout on the environment's path: `python -m launch.plan` (and every
+# entry point, experiment and `python launch/x.py`) works from any directory.
+$(ROOTPATH): $(STAMP)
+	$(PY) -c "import os, site; open(os.path.join(site.getsitepackages()[0], 'rlpt-checkout.pth'), 'w').write(os.getcwd() + '\\n')"
+	touch $(ROOTPATH)
 
 train: setup
 	$(PY) -m launch.train --config=$(CONFIG) --workdir=$(WORKDIR)

@@ -96,3 +96,18 @@ def test_pretrain_and_plan_entry_points(tmp_path):
   r = _run("launch.plan", "--config=experiments/plan_llama_1b.py", "--config.mesh.dta=2")
   assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
   assert "Unknown config key 'config.mesh.dta'" in r.stderr
+
+
+def test_entry_points_run_from_any_directory(tmp_path):
+  """`make setup` puts the checkout on the environment's path, so the entry points
+  (as modules or as files) and the experiment files they load work from
+  anywhere, with no PYTHONPATH."""
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  config = f"--config={ROOT}/experiments/plan_llama_1b.py"
+  for argv in ([sys.executable, "-m", "launch.plan", config],
+               [sys.executable, os.path.join(ROOT, "launch", "plan.py"), config]):
+    r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, (
+        f"{argv[1:]} from {tmp_path} failed (is the checkout on the path? `make setup` "
+        f"writes rlpt-checkout.pth):\n{r.stderr[-1500:]}")
+    assert "parameters: policy 1.24B" in r.stdout
