@@ -35,8 +35,6 @@ def _config_key_message(config_cls, argv: Sequence[str]) -> str | None:
   if isinstance(config_cls, str):
     config_cls = getattr(rlpt.config, config_cls)
   for arg in argv:
-    if arg.startswith("--config.") and "=" not in arg:
-      continue
     if arg.startswith("--config."):
       key = arg[len("--config."):].partition("=")[0]
       message = rlpt.config.unknown_key_message(config_cls, key.split("."))

@@ -148,8 +148,11 @@ class DatasetDomain(registry.Domain):
     """A domain over a fixed list of tasks, graded by one verifier kind."""
 
     def __init__(self, spec: registry.DomainSpec, tasks: Sequence[tuple[Task, str]], verifier: str,
-                 options: Mapping[str, Any] | None = None) -> None:
+                 options: Mapping[str, Any] | None = None,
+                 registration: Mapping[str, Any] | None = None) -> None:
         self.spec = spec
+        # What it was registered from (`_registration`): `register(exist_ok=True)` compares it.
+        self.registration = dict(registration or {})
         self._kind = get_verifier(verifier)
         self._options = verifiers.resolve_options(self._kind, options)
         self.answer_format = self._kind.answer_format
@@ -197,11 +200,10 @@ def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math
         max_answer_chars=_max_answer_chars(kind, max_answer_chars),
         description=description or f"{pathlib.Path(path).name}: {len(tasks)} rows graded by the {verifier} verifier",
     )
-    domain = DatasetDomain(spec, tasks, verifier, options)
-    domain.registration = _registration(dict(path=path, verifier=verifier, fields=fields, options=options,
-                                             difficulty=difficulty, tags=tags, format=format,
-                                             max_answer_chars=max_answer_chars, description=description))
-    registry.register(domain)
+    registration = _registration(dict(path=path, verifier=verifier, fields=fields, options=options,
+                                      difficulty=difficulty, tags=tags, format=format,
+                                      max_answer_chars=max_answer_chars, description=description))
+    registry.register(DatasetDomain(spec, tasks, verifier, options, registration))
     return spec
 
 
