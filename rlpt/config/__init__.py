@@ -1,0 +1,70 @@
+"""Typed run configuration, built from an ``ml_collections.ConfigDict`` at the boundary.
+
+Experiment files return ConfigDicts (easy to override from the command line);
+``from_config_dict`` turns one into nested frozen dataclasses, rejecting
+unknown keys (naming them, with the closest known key), wrong types and
+impossible values before anything is compiled. Library code receives only the
+small dataclass it needs.
+
+Layout: ``schema`` (the generic machinery: ``from_config_dict``,
+``default_config_dict``, ``unknown_key_message``, ``ConfigError``),
+``sections`` (sections shared by experiments), ``pretrain`` (PretrainConfig),
+``rl_sections`` and ``train`` (the sections of an RL run and TrainConfig),
+``plan`` (PlanConfig). Everything is imported from ``rlpt.config``.
+"""
+
+from rlpt.config.plan import PlanConfig
+from rlpt.config.pretrain import PretrainConfig
+from rlpt.config.rl_sections import (
+    BaseModelConfig,
+    CheckpointConfig,
+    CurriculumConfig,
+    EnvConfig,
+    EvalConfig,
+    LoraSection,
+    RLConfig,
+    RolloutConfig,
+    SpeculativeConfig,
+    ValueConfig,
+)
+from rlpt.config.schema import (
+    ConfigError,
+    default_config_dict,
+    from_config_dict,
+    to_json,
+    unknown_key_message,
+)
+from rlpt.config.sections import (
+    DomainsConfig,
+    MeshConfig,
+    OptimConfig,
+    RulesField,
+    ShardingConfig,
+)
+from rlpt.config.train import TrainConfig
+
+__all__ = [
+    "ConfigError",
+    "default_config_dict",
+    "from_config_dict",
+    "to_json",
+    "unknown_key_message",
+    "DomainsConfig",
+    "MeshConfig",
+    "OptimConfig",
+    "RulesField",
+    "ShardingConfig",
+    "PretrainConfig",
+    "BaseModelConfig",
+    "CheckpointConfig",
+    "CurriculumConfig",
+    "EnvConfig",
+    "EvalConfig",
+    "LoraSection",
+    "RLConfig",
+    "RolloutConfig",
+    "SpeculativeConfig",
+    "ValueConfig",
+    "TrainConfig",
+    "PlanConfig",
+]
