@@ -43,14 +43,14 @@ def main(_):
   trainer = Trainer(cfg, workdir.name)
   ro = cfg.rollout
   print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; "
-        f"model {trainer.model_cfg.num_params() / 1e6:.2f}M params; batch {ro.batch_size} "
+        f"model {trainer.actor.model_cfg.num_params() / 1e6:.2f}M params; batch {ro.batch_size} "
         f"completions x {ro.max_new_tokens} new tokens")
 
   # Decode throughput with no early stop: every row generates max_new_tokens.
-  sampler = Sampler(trainer.graphdef, trainer.model_cfg, ro.max_prompt_len, ro.max_new_tokens,
+  sampler = Sampler(trainer.actor.graphdef, trainer.actor.model_cfg, ro.max_prompt_len, ro.max_new_tokens,
                     trainer.tokenizer.pad_id, ())
   from rlpt.data import TaskSampler
-  prompts = trainer.pool.reset(TaskSampler(cfg.domains.ids, seed=cfg.seed).sample(ro.batch_size))
+  prompts = trainer.rollout.pool.reset(TaskSampler(cfg.domains.ids, seed=cfg.seed).sample(ro.batch_size))
   from rlpt.rollout import encode_prompts
   ids, lengths = encode_prompts([p.text for p in prompts], trainer.tokenizer, ro.max_prompt_len,
                                 bucket=16)
@@ -58,7 +58,7 @@ def main(_):
   times = []
   for i in range(4):
     t = time.perf_counter()
-    out = sampler.generate(trainer.gen.params, ids, lengths, jax.random.key(i), sampling)
+    out = sampler.generate(trainer.rollout.gen.params, ids, lengths, jax.random.key(i), sampling)
     jax.block_until_ready(out)
     if i:
       times.append(time.perf_counter() - t)

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
@@ -270,3 +271,50 @@ class RunCheckpointer:
       from jax.experimental import multihost_utils
       multihost_utils.sync_global_devices("rlpt_checkpoint_set_aside")
     self._manager.reload()
+
+
+def jsonable(x):
+  """numpy scalars and arrays inside ``x`` as Python numbers and lists (exact)."""
+  if isinstance(x, dict):
+    return {str(k): jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [jsonable(v) for v in x]
+  if isinstance(x, (np.ndarray, np.generic)):
+    return x.tolist()
+  return x
+
+
+def json_diff(old, new, path: str = "config") -> list[str]:
+  """Dotted paths where two JSON trees differ, with both values."""
+  if isinstance(old, dict) and isinstance(new, dict):
+    return [d for k in sorted(set(old) | set(new))
+            for d in json_diff(old.get(k), new.get(k), f"{path}.{k}")]
+  if old != new and not (isinstance(old, float) and isinstance(new, float)
+                         and math.isnan(old) and math.isnan(new)):
+    return [f"{path}: {old!r} -> {new!r}"]
+  return []
+
+
+def check_resume(restored: Restored, directory: str, *, base_path: str, fingerprint: str,
+                 config: dict, keys: str) -> None:
+  """Refuses a run checkpoint trained against another reference model; warns
+  when it was written under another config or random-key scheme."""
+  t = restored.trainer
+  ref = t["reference"]
+  if ref["fingerprint"] != fingerprint:
+    raise ValueError(
+        f"checkpoint step {restored.step} in {directory} was trained against the reference "
+        f"{ref['path']} "
+        f"(fingerprint {ref['fingerprint']}), but this run's base is {base_path} (fingerprint "
+        f"{fingerprint}); resuming would change the KL term. Point base.checkpoint at the "
+        "original model or use a new workdir.")
+  changed = json_diff(restored.config, config)
+  if changed:
+    log.warning("Resuming step %d under a changed config: %s", restored.step,
+                "; ".join(changed[:20]))
+  if t.get("keys") != keys:
+    # Checkpoints before rlpt.keys saved a split-off RNG state instead.
+    log.warning("Checkpoint step %d was written with random keys %s; this run derives them as "
+                "%s (rlpt.keys). It resumes with the weights, data and curriculum state, but "
+                "later steps sample differently from the run that wrote it.",
+                restored.step, t.get("keys", "split from a saved RNG state"), keys)

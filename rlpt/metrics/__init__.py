@@ -1,6 +1,7 @@
 """Run metrics: JSONL + TensorBoard writer and the end-of-run report."""
 
 from rlpt.metrics.report import plot_eval_curves, success_table
+from rlpt.metrics.run_log import RunLog
 from rlpt.metrics.writer import MetricsWriter
 
 # Metric-name prefixes whose values are wall-clock measurements (or depend on
@@ -9,4 +10,4 @@ from rlpt.metrics.writer import MetricsWriter
 WALL_CLOCK_PREFIXES = ("time/", "throughput/", "checkpoint/", "accelerator/", "env_latency_",
                        "env/queue_depth", "async/wait", "async/ready_waves")
 
-__all__ = ["MetricsWriter", "WALL_CLOCK_PREFIXES", "plot_eval_curves", "success_table"]
+__all__ = ["MetricsWriter", "RunLog", "WALL_CLOCK_PREFIXES", "plot_eval_curves", "success_table"]

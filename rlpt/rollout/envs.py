@@ -167,6 +167,11 @@ class EnvPool:
     with self._lock:
       self._free[domain].append(env)
 
+  def idle(self) -> dict[str, int]:
+    """Environments waiting in the pool for their next episode, per domain."""
+    with self._lock:
+      return {d: len(q) for d, q in self._free.items()}
+
   # -- jobs ------------------------------------------------------------------
 
   def _reset(self, task: Task) -> Prompt:

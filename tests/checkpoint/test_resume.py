@@ -181,7 +181,7 @@ def test_restore_onto_another_mesh(setup, tmp_path, monkeypatch):
   trainer = Trainer(cfg, str(tmp_path))
   try:
     assert trainer.restore() == step
-    specs = [str(x.sharding.spec) for x in jax.tree.leaves(trainer.state.params)]
+    specs = [str(x.sharding.spec) for x in jax.tree.leaves(trainer.actor.state.params)]
     assert any("fsdp" in s for s in specs) and trainer.mesh.shape["fsdp"] == 4, specs
     got = trainer.train_step()
   finally:

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from experiments import grpo_default  # noqa: E402
 from rlpt.config import TrainConfig, from_config_dict  # noqa: E402
-from rlpt.runtime import host_to_global, replicated, to_host  # noqa: E402
+from rlpt.runtime import to_host  # noqa: E402
 from rlpt.metrics import WALL_CLOCK_PREFIXES  # noqa: E402
 from rlpt.steps import LossCounts, RLBatch  # noqa: E402
 from rlpt.trainer import Trainer  # noqa: E402
@@ -59,10 +59,8 @@ synthetic = RLBatch(rng.integers(3, 259, (b, l)).astype(np.int32),
                     -rng.random((b, l - 1)).astype(np.float32) * 3,
                     rng.standard_normal((b, l - 1)).astype(np.float32))
 n = np.float32(synthetic.loss_mask.sum())
-counts = host_to_global(LossCounts(n, np.float32(b)), trainer._counts_sh)
-state, m = trainer._train_step_for(None)(trainer.state, host_to_global(synthetic, trainer._batch_sh),
-                               counts, host_to_global(np.float32(0.05), replicated(trainer.mesh)))
-params = to_host(state.params)
+m = trainer.actor.train_on(synthetic, LossCounts(n, np.float32(b)), 0.05)
+params = to_host(trainer.actor.state.params)
 checksum = float(sum(np.abs(x).astype(np.float64).sum() for x in jax.tree.leaves(params)))
 result = {"steps": steps, "synthetic": {k: float(v) for k, v in to_host(m).items()},
           "param_checksum": checksum, "process_count": jax.process_count(),

@@ -124,7 +124,7 @@ def test_weights_in_the_step_equal_the_recomputing_pass(tmp_path, monkeypatch):
     t = Trainer(cfg, str(tmp_path / f"r{in_step}"))
     try:
       ms = [t.train_step() for _ in range(3)]
-      out.append((ms, jax.tree.map(np.asarray, t.policy_params())))
+      out.append((ms, jax.tree.map(np.asarray, t.actor.policy_params())))
     finally:
       t.close()
   (a, pa), (b, pb) = out
@@ -153,7 +153,7 @@ def test_asynchronous_checkpoint_keeps_the_curriculum_updates_not_yet_applied(tm
 
   t = make(3)
   t.run()
-  state = t._trainer_state()
+  state = t.state_dict()
   t.close()
   # Wave 3 was drawn with the curriculum of version 0: steps 1-3 are still to apply.
   assert state["curriculum_applied"] == 0
@@ -161,7 +161,7 @@ def test_asynchronous_checkpoint_keeps_the_curriculum_updates_not_yet_applied(tm
   t = make(5)
   try:
     assert t.restore() == 3
-    assert t._curriculum_applied == 0 and sorted(t._curriculum_log) == [1, 2, 3]
+    assert t.rollout.curriculum_applied == 0 and sorted(t.rollout.curriculum_log) == [1, 2, 3]
     t.run()
     assert t.step == 5
   finally:

@@ -34,7 +34,7 @@ def _run(tmp, name, every):
   try:
     t.run()
     return ([{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK_PREFIXES)}
-             for r in t.history[kind]] for kind in ("train", "eval"))
+             for r in t.log.history[kind]] for kind in ("train", "eval"))
   finally:
     t.close()
 

@@ -60,17 +60,16 @@ def plain(base, tmp_path_factory):
 def test_prefix_shared_groups_sample_what_the_plain_sampler_samples(plain, base, tmp_path):
   shared = _trainer(tmp_path, base, share_prefix=True)
   try:
-    assert shared.gen.group_generate_fns  # the grouped program is the one used
-    a, _ = plain.rollout()
-    b, _ = shared.rollout()
+    assert shared.rollout.gen.group_generate_fns  # the grouped program is the one used
+    a, _ = plain.rollout.rollout()
+    b, _ = shared.rollout.rollout()
     # Same tasks, same rng stream: identical tokens up to fp32 summation order.
     same_rows = np.mean(np.all(a.tokens == b.tokens, axis=1))
     assert same_rows >= 0.95, same_rows
     m = (a.loss_mask > 0) & np.all(a.tokens == b.tokens, axis=1)[:, None]
     np.testing.assert_allclose(b.old_logp[m], a.old_logp[m], atol=1e-4)
     # And the sampler's log-probs are the policy's (ratios start at exactly 1).
-    import jax
-    lp = np.asarray(shared._logprobs_for(None)(shared.policy_params(), jax.device_put(b.tokens)))
+    lp = np.asarray(shared.actor.logprobs(shared.actor.policy_params(), b.tokens))
     mb = b.loss_mask > 0
     np.testing.assert_allclose(lp[mb], b.old_logp[mb], atol=2e-4)
   finally:

@@ -21,16 +21,16 @@ def test_hf_base_is_laid_out_by_the_rules_without_aliasing(tmp_path, monkeypatch
   cd.mesh.update(data=2, fsdp=4)
   trainer = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path))
   try:
-    want = state_shardings(trainer.ref_params, trainer.mesh, trainer.rules)
-    for ref, policy, sh in zip(jax.tree.leaves(trainer.ref_params),
-                               jax.tree.leaves(trainer.state.params), jax.tree.leaves(want)):
+    want = state_shardings(trainer.actor.ref_params, trainer.mesh, trainer.actor.rules)
+    for ref, policy, sh in zip(jax.tree.leaves(trainer.actor.ref_params),
+                               jax.tree.leaves(trainer.actor.state.params), jax.tree.leaves(want)):
       assert ref.sharding.is_equivalent_to(sh, ref.ndim)
       assert policy.sharding.is_equivalent_to(sh, policy.ndim)
       assert (ref.addressable_shards[0].data.unsafe_buffer_pointer() !=
               policy.addressable_shards[0].data.unsafe_buffer_pointer())
     assert any(len({str(s.index) for s in x.addressable_shards}) > 1
-               for x in jax.tree.leaves(trainer.ref_params))  # fsdp really splits something
+               for x in jax.tree.leaves(trainer.actor.ref_params))  # fsdp really splits something
     trainer.train_step()  # donating the policy leaves the reference intact
-    jax.tree.map(lambda x: x.block_until_ready(), trainer.ref_params)
+    jax.tree.map(lambda x: x.block_until_ready(), trainer.actor.ref_params)
   finally:
     trainer.close()

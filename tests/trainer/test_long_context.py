@@ -35,16 +35,16 @@ def _first_step(tmp, impl):
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp / (impl or "dense")))
   # The smoke base cannot retrieve; a reward with variance inside the group
   # (answer-length parity) gives the update a real gradient to compare.
-  env_step = t.pool.step
+  env_step = t.rollout.pool.step
 
   def step(episodes, answers):
     return [s._replace(graded=Graded(float(len(a) % 2), bool(len(a) % 2), "PASS", False, {}))
             for s, a in zip(env_step(episodes, answers), answers)]
 
-  t.pool.step = step
+  t.rollout.pool.step = step
   try:
     assert dict(t.mesh.shape)["sequence"] == 8
-    assert t.model_cfg.attention_impl == (impl or "dense")
+    assert t.actor.model_cfg.attention_impl == (impl or "dense")
     return t.train_step()
   finally:
     t.close()

@@ -24,35 +24,35 @@ def trainer(tmp_path, monkeypatch):
   cd.base.cache_dir = str(tmp_path / "bases")
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   # A reward with variance inside every group, whatever the smoke base emits.
-  env_step = t.pool.step
+  env_step = t.rollout.pool.step
 
   def step(episodes, answers):
     return [s._replace(graded=Graded(float(len(a) % 2 == 0), len(a) % 2 == 0, "PASS", False, {}))
             for s, a in zip(env_step(episodes, answers), answers)]
 
-  t.pool.step = step
+  t.rollout.pool.step = step
   yield t
   t.close()
 
 
 def test_only_adapters_train_and_the_reference_is_the_frozen_base(trainer, tmp_path):
-  base_before = jax.tree.map(np.asarray, trainer.ref_params)
-  n_adapter = sum(x.size for x in jax.tree.leaves(trainer.state.params))
+  base_before = jax.tree.map(np.asarray, trainer.actor.ref_params)
+  n_adapter = sum(x.size for x in jax.tree.leaves(trainer.actor.state.params))
   n_base = sum(x.size for x in jax.tree.leaves(base_before))
   assert 0 < n_adapter < n_base
-  b_before = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(trainer.state.params)
+  b_before = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(trainer.actor.state.params)
               if "lora_b" in jax.tree_util.keystr(p)]
   assert b_before and all(np.all(b == 0) for b in b_before)  # starts exactly at the base
 
   metrics = trainer.train_step()
   assert metrics["train/grad_norm"] > 0
-  b_after = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(trainer.state.params)
+  b_after = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(trainer.actor.state.params)
              if "lora_b" in jax.tree_util.keystr(p)]
   assert any(np.any(b != 0) for b in b_after)
   jax.tree.map(np.testing.assert_array_equal, base_before,
-               jax.tree.map(np.asarray, trainer.ref_params))
+               jax.tree.map(np.asarray, trainer.actor.ref_params))
   # The sampler reads base + adapters, which now differs from the base.
-  merged = jax.tree.map(np.asarray, trainer.policy_params())
+  merged = jax.tree.map(np.asarray, trainer.actor.policy_params())
   diffs = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), merged, base_before))
   assert max(diffs) > 0
 

@@ -40,9 +40,9 @@ def trainer(tmp_path_factory):
 
 def test_conversation_layout_and_exact_logprobs(trainer):
   t = trainer
-  tasks = t.task_stream.next_tasks(t.domain_sampler)
+  tasks = t.rollout.task_stream.next_tasks(t.rollout.domain_sampler)
   tasks_b = [x for x in tasks for _ in range(t.cfg.rollout.group_size)]
-  seq, graded, stats, _ = t._episodes(tasks_b, t.sampling)
+  seq, graded, stats, _ = t.rollout.episodes(tasks_b, t.rollout.sampling)
   n_new = t.cfg.rollout.max_new_tokens
   pad = t.tokenizer.pad_id
   for i, task in enumerate(tasks_b):
@@ -63,7 +63,7 @@ def test_conversation_layout_and_exact_logprobs(trainer):
   assert any(v in text for v in ("MALFORMED", "FAIL", "ERROR", "result:"))
 
   tokens = jax.device_put(seq.tokens)
-  logp = np.asarray(t._logprobs_for(None)(t.policy_params(), tokens))
+  logp = np.asarray(t.actor.logprobs(t.actor.policy_params(), tokens))
   m = seq.loss_mask > 0
   np.testing.assert_allclose(logp[m], seq.logp[m], atol=2e-4)
 
@@ -73,16 +73,16 @@ def test_interleaved_turns_keep_exact_logprobs(trainer):
   ready, in partial batches (padded to a row bucket); every sampled token's
   log-prob still equals the trainer's."""
   t = trainer
-  tasks = t.task_stream.next_tasks(t.domain_sampler)
+  tasks = t.rollout.task_stream.next_tasks(t.rollout.domain_sampler)
   tasks_b = [x for x in tasks for _ in range(t.cfg.rollout.group_size)]
-  t.episode_runner.interleave = True
+  t.rollout.episode_runner.interleave = True
   try:
-    out = t._episodes(tasks_b, t.sampling, grouped=True)
+    out = t.rollout.episodes(tasks_b, t.rollout.sampling, grouped=True)
   finally:
-    t.episode_runner.interleave = False
+    t.rollout.episode_runner.interleave = False
   assert out.timings["rollout/sampler_calls"] >= max(out.stats["turns"])
   assert all(g is not None for g in out.final)
-  logp = np.asarray(t._logprobs_for(None)(t.policy_params(), jax.device_put(out.seq.tokens)))
+  logp = np.asarray(t.actor.logprobs(t.actor.policy_params(), jax.device_put(out.seq.tokens)))
   m = out.seq.loss_mask > 0
   assert m.sum() == out.stats["generated"].sum()
   np.testing.assert_allclose(logp[m], out.seq.logp[m], atol=2e-4)
@@ -97,14 +97,14 @@ def test_shared_prefix_scoring_and_update_equal_plain(trainer):
   from rlpt.steps import LossCounts, RLBatch, check_shared_prefix
 
   t = trainer
-  tasks = t.task_stream.next_tasks(t.domain_sampler)
+  tasks = t.rollout.task_stream.next_tasks(t.rollout.domain_sampler)
   tasks_b = [x for x in tasks for _ in range(t.cfg.rollout.group_size)]
-  seq, _, _, _ = t._episodes(tasks_b, t.sampling, grouped=True)
-  shared = t._shared_prefix(seq.tokens)
+  seq, _, _, _ = t.rollout.episodes(tasks_b, t.rollout.sampling, grouped=True)
+  shared = t.actor.shared_prefix(seq.tokens)
   assert shared is not None and shared.length >= 8 and shared.group == t.cfg.rollout.group_size
   check_shared_prefix(seq.tokens, shared)
-  plain = np.asarray(t._logprobs_for(None)(t.ref_params, seq.tokens))
-  got = np.asarray(t._logprobs_for(shared)(t.ref_params, seq.tokens))
+  plain = np.asarray(t.actor.logprobs(t.actor.ref_params, seq.tokens))
+  got = np.asarray(t.actor.logprobs(t.actor.ref_params, seq.tokens, shared))
   np.testing.assert_allclose(got, plain, atol=2e-5, rtol=0)
 
   mask = np.asarray(seq.loss_mask, np.float32)
@@ -112,10 +112,11 @@ def test_shared_prefix_scoring_and_update_equal_plain(trainer):
   batch = RLBatch(seq.tokens, mask, plain, plain - 0.01, adv)
   counts = LossCounts(jnp.float32(mask.sum()), jnp.float32(len(mask)))
   out = {}
+  start = jax.tree.map(jnp.copy, t.actor.state)
   for key in (None, shared):
-    state = jax.tree.map(jnp.copy, t.state)
-    state, metrics = t._train_step_for(key)(state, batch, counts, jnp.float32(0.04))
-    out[key] = (state.params, metrics)
+    t.actor.state = jax.tree.map(jnp.copy, start)
+    metrics = t.actor.train_on(batch, counts, 0.04, key)
+    out[key] = (t.actor.state.params, metrics)
   for a, b in zip(jax.tree.leaves(out[None][0]), jax.tree.leaves(out[shared][0])):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, rtol=0)
   assert abs(float(out[shared][1]["grad_norm"]) / float(out[None][1]["grad_norm"]) - 1) < 1e-4
@@ -140,14 +141,14 @@ def test_context_limit_ends_episodes_unsolved(tmp_path, monkeypatch):
   cd.base.cache_dir = str(tmp_path / "bases")
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   try:
-    tasks = t.task_stream.next_tasks(t.domain_sampler)
+    tasks = t.rollout.task_stream.next_tasks(t.rollout.domain_sampler)
     tasks_b = [x for x in tasks for _ in range(t.cfg.rollout.group_size)]
-    seq, graded, stats, _ = t._episodes(tasks_b, t.sampling)
+    seq, graded, stats, _ = t.rollout.episodes(tasks_b, t.rollout.sampling)
     failed = [i for i, g in enumerate(graded) if not g.success]
     assert failed and all(stats["overflow"][i] for i in failed)
     assert all(not g.infra_error for g in graded)
     assert seq.tokens.shape[1] <= 64 + t.cfg.rollout.max_new_tokens + 16
     # Every environment came back to the pool.
-    assert sum(len(q) for q in t.pool._free.values()) == len(tasks_b)
+    assert sum(t.rollout.pool.idle().values()) == len(tasks_b)
   finally:
     t.close()

@@ -26,18 +26,18 @@ def test_speculative_rollouts_carry_the_policy_logprobs(tmp_path, monkeypatch):
   cd.base.cache_dir = str(tmp_path / "bases")
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   try:
-    assert t.gen.spec is not None and not t.gen.spec.warm
-    draft_before = jax.tree.map(np.asarray, t.gen.spec.draft_params)
+    assert t.rollout.gen.spec is not None and not t.rollout.gen.spec.warm
+    draft_before = jax.tree.map(np.asarray, t.rollout.gen.spec.draft_params)
     m = t.train_step()
-    assert t.gen.spec.warm  # distilled before the first rollout
+    assert t.rollout.gen.spec.warm  # distilled before the first rollout
     assert 0.0 <= m["speculative/acceptance"] <= 1.0 and m["speculative/gamma"] == 3
     assert np.isfinite(m["distill/kl"])  # refreshed on the trained batch
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - np.asarray(b)).max()),
-                                         draft_before, t.gen.spec.draft_params))
+                                         draft_before, t.rollout.gen.spec.draft_params))
     assert max(moved) > 0
 
-    arrays, _ = t.rollout()
-    lp = np.asarray(t._logprobs_for(None)(t.policy_params(), jax.device_put(arrays.tokens)))
+    arrays, _ = t.rollout.rollout()
+    lp = np.asarray(t.actor.logprobs(t.actor.policy_params(), jax.device_put(arrays.tokens)))
     mask = arrays.loss_mask > 0
     assert mask.sum() > 0
     np.testing.assert_allclose(lp[mask], arrays.old_logp[mask], atol=2e-4)

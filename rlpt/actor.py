@@ -1,0 +1,349 @@
+"""The models of a run and their RL update: `Actor`.
+
+    actor = Actor(base, mesh, sharding_cfg, UpdateConfig.from_train(cfg), optim=cfg.optim, ...)
+    metrics = actor.update(batch, step)          # a graded RolloutBatch -> one RL update
+    rollout.publish(step, actor.sampling_weights())
+
+The actor holds the policy's train state (full, or LoRA adapters over the
+frozen base), the frozen reference, the optional critic, their placements on
+the mesh (training layout: FSDP + tensor; the sampler's copy is resharded to
+the sampling layout), the KL controller, and one compiled update and scoring
+pass per shared-prefix length. ``update`` is the step after the rollout:
+behaviour log-probs (a scoring pass when the sampler is not the policy),
+reference log-probs, critic values, advantages with reward shaping, then
+``rl.ppo_epochs`` x ``rl.minibatches`` jitted updates; its metrics leave the
+device once.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import os
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from rlpt.checkpoint import save_model
+from rlpt.config import LoraSection, OptimConfig, RLConfig, ShardingConfig, TrainConfig
+from rlpt.keys import run_key
+from rlpt.models import ModelConfig, ValueModel
+from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
+from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advantages,
+                     kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
+                     sequence_kl_B, soft_overlong_penalty_B, truncated_B, truncated_is_weights)
+from rlpt.rollout.batch import RolloutBatch
+from rlpt.rollout.pipeline import BusyClock
+from rlpt.runtime import (batch_sharding, host_to_global, is_primary, jit_step, make_reshard,
+                          place_params, place_train_state, replicated, to_device, to_host,
+                          with_rules)
+from rlpt.sampling import SamplingParams
+from rlpt.sharding import state_shardings
+from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
+                        make_optimizer, rl_train_step, sequence_logprobs, sequence_values,
+                        value_train_step)
+
+
+class Base(NamedTuple):
+  """A resolved base model: its config, graph and parameters (host or placed)."""
+  model_cfg: ModelConfig
+  graphdef: nnx.GraphDef
+  params: nnx.State
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateConfig:
+  """What the update reads of a run's config (`from_train` builds it)."""
+
+  rl: RLConfig
+  loss: LossConfig
+  value_loss: ValueLossConfig
+  sampling: SamplingParams   # the rollout's: log-probs are of the distribution sampled
+  group_size: int
+  batch_size: int
+  max_new_tokens: int
+  scoring_pass: bool         # behaviour log-probs from a policy pass before the update
+  seed: int
+
+  @classmethod
+  def from_train(cls, cfg: TrainConfig) -> "UpdateConfig":
+    ro = cfg.rollout
+    return cls(cfg.rl, cfg.loss_config(), cfg.value_loss_config(),
+               SamplingParams(ro.temperature, ro.top_k, ro.top_p), ro.group_size, ro.batch_size,
+               ro.max_new_tokens, cfg.recomputes_old_logp and not cfg.tis_in_step, cfg.seed)
+
+
+class Actor:
+  """The policy, reference and critic of a run, where they live, and their update.
+
+  ``state``: the policy's train state (the LoRA adapters' with ``lora.rank``);
+  ``ref_params``: the frozen base (the reference; with LoRA also the policy's
+  frozen part); ``value_state``: the critic's train state or None.
+  """
+
+  def __init__(self, base: Base, mesh: Mesh, sharding: ShardingConfig, update: UpdateConfig, *,
+               optim: OptimConfig, lora: LoraSection, value_optim: OptimConfig | None,
+               steps: int, sample_copy: bool, busy: BusyClock | None = None):
+    """``value_optim``: the critic's optimizer (None: no critic). ``sample_copy``:
+    the sampler's weights must not alias the training copy (an asynchronous
+    producer keeps sampling with them while the update donates it)."""
+    self.cfg, self.mesh = update, mesh
+    self.model_cfg, self.graphdef = base.model_cfg, base.graphdef
+    self.busy = busy or BusyClock()
+    self.rules, self.sample_rules = sharding.train_rules, sharding.sample_rules
+    params = base.params
+    self.optimizer = make_optimizer(optim, steps)
+    # The reference is a frozen copy of the base: same layout, no optimizer
+    # state; with reference_memory="pinned_host" it waits in host memory.
+    self.ref_sh = state_shardings(params, mesh, self.rules)
+    self.ref_on_host = sharding.reference_memory == "pinned_host"
+    self.ref_params = place_params(params, mesh, self.rules,
+                                   "pinned_host" if self.ref_on_host else None)
+    # With LoRA the trainable state is the adapters; the base stays frozen and
+    # doubles as the reference.
+    self.lora_cfg = lora.lora_config() if lora.rank else None
+    trainable = (params if self.lora_cfg is None else
+                 init_lora(params, self.lora_cfg, run_key(update.seed, "lora_init")))
+    self.state, state_sh = place_train_state(trainable, self.optimizer, mesh, self.rules)
+    self.sample_shardings = state_shardings(params, mesh, self.sample_rules)
+    self._to_sample_layout = make_reshard(self.ref_sh, self.sample_shardings, copy=sample_copy)
+    bs2 = batch_sharding(mesh, self.rules, 2)
+    rep = replicated(mesh)
+    self._bs2, self._rep = bs2, rep
+    self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
+    self._counts_sh = LossCounts(rep, rep)
+    loss_cfg, sampling = update.loss, update.sampling
+
+    # One compiled update and scoring pass per shared-prefix length (bucketed).
+    @functools.cache
+    def train_step_for(shared: SharedPrefix | None):
+      if self.lora_cfg is None:
+        return jit_step(rl_train_step, state_sh, (self._batch_sh, self._counts_sh, rep), mesh,
+                        rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
+                        loss_cfg=loss_cfg, sampling=sampling, shared=shared)
+      lora_step = jit_step(lora_rl_train_step, state_sh,
+                           (self.ref_sh, self._batch_sh, self._counts_sh, rep), mesh,
+                           rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
+                           loss_cfg=loss_cfg, sampling=sampling, lora_cfg=self.lora_cfg,
+                           shared=shared)
+      return lambda state, *rest: lora_step(state, self.ref_params, *rest)
+
+    @functools.cache
+    def logprobs_for(shared: SharedPrefix | None):
+      return jax.jit(
+          with_rules(functools.partial(sequence_logprobs, self.graphdef, sampling=sampling,
+                                       shared=shared), mesh, self.rules),
+          in_shardings=(self.ref_sh, bs2), out_shardings=bs2)
+
+    self._train_step_for, self._logprobs_for = train_step_for, logprobs_for
+    rl = update.rl
+    self.kl_ctl = make_kl_controller(
+        rl.kl_controller, rl.kl_beta,
+        **({"target": rl.kl_target, "horizon": rl.kl_horizon}
+           if rl.kl_controller == "adaptive" else {}))
+    self.value_state = None
+    if value_optim is not None:
+      # The critic's trunk starts from the base policy's decoder, its head at 0.
+      vgraph, vparams = nnx.split(ValueModel(self.model_cfg,
+                                                nnx.Rngs(run_key(update.seed, "value_init"))))
+      vparams["decoder"] = params["decoder"]
+      self.value_optimizer = make_optimizer(value_optim, steps)
+      self.value_state, vstate_sh = place_train_state(vparams, self.value_optimizer, mesh,
+                                                      self.rules)
+      self._value_batch_sh = ValueBatch(bs2, bs2, bs2, bs2)
+      self._value_step = jit_step(value_train_step, vstate_sh,
+                                  (self._value_batch_sh, self._counts_sh), mesh,
+                                  rules=self.rules, graphdef=vgraph, optimizer=self.value_optimizer,
+                                  value_cfg=update.value_loss)
+      self._values = jax.jit(with_rules(functools.partial(sequence_values, vgraph), mesh,
+                                        self.rules),
+                             in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
+
+  # --------------------------------------------------------------------------
+  # The models.
+
+  def policy_params(self) -> nnx.State:
+    """The policy's full parameters (the base with the LoRA adapters merged in)."""
+    if self.lora_cfg is None:
+      return self.state.params
+    return merge_lora(self.ref_params, self.state.params, self.lora_cfg)
+
+  def sampling_weights(self) -> nnx.State:
+    """The current policy resharded to the sampling layout (the sampler's copy)."""
+    return self._to_sample_layout(self.policy_params())
+
+  def reference_params(self) -> nnx.State:
+    """The reference on the devices (brought in from host memory if it waits there)."""
+    return to_device(self.ref_params, self.ref_sh) if self.ref_on_host else self.ref_params
+
+  def shared_prefix(self, tokens_BxL: np.ndarray) -> SharedPrefix | None:
+    """The prefix every GRPO group of the batch shares (its rows' common first
+    tokens, at least BOS + prompt), rounded down to a multiple of 8 so that few
+    lengths compile; None when sharing is off or would save nothing."""
+    g, mb = self.cfg.group_size, self.cfg.rl.minibatches
+    if not self.cfg.rl.shared_prefix or (len(tokens_BxL) // mb) % g:
+      return None
+    return find_shared_prefix(tokens_BxL, g, multiple=8)
+
+  def logprobs(self, params: nnx.State, tokens_BxL, shared: SharedPrefix | None = None):
+    """Per-token log-probs [B, L-1] of ``tokens`` under ``params`` (training
+    layout), at the rollout's sampling settings; a device array."""
+    return self._logprobs_for(shared)(params, host_to_global(np.asarray(tokens_BxL), self._bs2))
+
+  def train_on(self, batch: RLBatch, counts: LossCounts, kl_coef: float,
+               shared: SharedPrefix | None = None, value_batch: ValueBatch | None = None) -> dict:
+    """One jitted update of the policy (and the critic, given ``value_batch``)
+    on host arrays; ``counts`` normalise the loss. Returns the update's metrics
+    as device arrays (no host sync)."""
+    g_counts = host_to_global(counts, self._counts_sh)
+    g_kl_coef = host_to_global(np.float32(kl_coef), self._rep)
+    with self.busy.busy():
+      self.state, m = self._train_step_for(shared)(
+          self.state, host_to_global(batch, self._batch_sh), g_counts, g_kl_coef)
+      if value_batch is not None:
+        self.value_state, vm = self._value_step(
+            self.value_state, host_to_global(value_batch, self._value_batch_sh), g_counts)
+        m = {**m, **vm}
+    return m
+
+  # --------------------------------------------------------------------------
+  # The update.
+
+  def _advantages(self, batch: RolloutBatch, ref_logp, values):
+    """Advantages and value targets for a graded batch; applies reward shaping."""
+    u, rl = self.cfg, self.cfg.rl
+    mask = batch.loss_mask * batch.valid[:, None]
+    rewards = batch.rewards.copy()
+    truncated = truncated_B(batch.lengths, batch.stopped, u.max_new_tokens)
+    if rl.overlong_filter:
+      mask = overlong_filter_BxT(mask, truncated)
+    if rl.overlong_buffer:
+      rewards = rewards + soft_overlong_penalty_B(batch.lengths, u.max_new_tokens,
+                                                  rl.overlong_buffer, rl.overlong_penalty)
+    old_logp = jnp.asarray(batch.old_logp)
+    seq_kl = sequence_kl_B(old_logp, ref_logp, jnp.asarray(mask))
+    token_rewards = None
+    if rl.kl_mode == "reward":
+      token_rewards = kl_reward_penalty_BxT(old_logp, ref_logp, jnp.asarray(mask),
+                                            self.kl_ctl.value)
+    adv = compute_advantages(rl.advantage, AdvantageInputs(
+        jnp.asarray(rewards), jnp.asarray(mask), u.group_size, jnp.asarray(batch.valid), values,
+        token_rewards, rl.gamma, rl.lam, rl.whiten_advantages))
+    return mask, adv, float(jnp.mean(seq_kl)), float(truncated.mean())
+
+  def update(self, batch: RolloutBatch, step: int) -> dict:
+    """RL update ``step`` (1-based) on a graded batch. Returns its metrics:
+    ``train/*`` averaged over the minibatch updates, the KL, shaping and
+    importance-weight figures, and the time of the reference pass and the update."""
+    u = self.cfg
+    out: dict[str, float] = {}
+    t = time.perf_counter()
+    shared = self.shared_prefix(batch.tokens)
+    out["batch/shared_prefix"] = float(shared.length if shared else 0)
+    tokens = host_to_global(batch.tokens, self._bs2)
+    logprobs = self._logprobs_for(shared)
+    if u.scoring_pass:
+      # Behaviour log-probs from the policy itself; the sampler's (int8)
+      # log-probs only enter through the truncated importance weights.
+      sampler_logp = batch.old_logp
+      with self.busy.busy():
+        batch = batch.replace(old_logp=to_host(logprobs(self.policy_params(), tokens)))
+      is_weight, is_metrics = to_host(truncated_is_weights(
+          batch.old_logp, sampler_logp, batch.loss_mask, u.rl.tis_cap))
+      out.update({f"rollout/{k}": float(v) for k, v in is_metrics.items()})
+    ref = self.reference_params()
+    with self.busy.busy():
+      ref_logp = to_host(logprobs(ref, tokens))
+      del ref
+      values = None
+      if self.value_state is not None:
+        values = to_host(self._values(self.value_state.params, tokens))
+    out["time/reference"] = time.perf_counter() - t
+
+    mask, adv, seq_kl, truncated = self._advantages(
+        batch, jnp.asarray(ref_logp), None if values is None else jnp.asarray(values))
+    kl_coef = self.kl_ctl.value
+    self.kl_ctl.update(seq_kl, n_steps=u.batch_size)
+    adv_BxT = np.asarray(adv.adv_BxT)
+    if u.scoring_pass:
+      # A positive per-token weight on the advantage scales the clipped
+      # surrogate exactly as it would scale the loss.
+      adv_BxT = adv_BxT * is_weight
+    rl_batch = RLBatch(batch.tokens, np.asarray(mask), batch.old_logp, ref_logp, adv_BxT)
+    vbatch = None
+    if values is not None:
+      vbatch = ValueBatch(batch.tokens, np.asarray(mask), values, np.asarray(adv.returns_BxT))
+
+    t = time.perf_counter()
+    mb = u.rl.minibatches
+    c = loss_counts(jnp.asarray(mask))
+    # Each minibatch's loss is normalised by the whole batch's counts, so one
+    # epoch's gradients add up to the full-batch objective.
+    counts = LossCounts(jnp.float32(c.num_tokens) / mb, jnp.float32(c.num_seqs) / mb)
+    size = u.batch_size // mb
+    order_rng = np.random.default_rng(u.seed * 7919 + step - 1)
+    step_metrics = []  # per update, on device until the last one is done
+    for _ in range(u.rl.ppo_epochs):
+      if mb == 1:
+        perm = np.arange(size)
+      elif shared is not None:  # minibatches of whole groups
+        g = shared.group
+        perm = (order_rng.permutation(u.batch_size // g)[:, None] * g + np.arange(g)).ravel()
+      else:
+        perm = order_rng.permutation(u.batch_size)
+      for k in range(mb):
+        idx = perm[k * size:(k + 1) * size]
+        step_metrics.append(self.train_on(
+            RLBatch(*(x[idx] for x in rl_batch)), counts, kl_coef, shared,
+            None if vbatch is None else ValueBatch(*(x[idx] for x in vbatch))))
+    with self.busy.busy():
+      step_metrics = to_host(step_metrics)  # the metrics leave the device once per step
+    sums: dict[str, float] = collections.defaultdict(float)
+    for m in step_metrics:
+      for key, v in m.items():
+        sums[key] += float(v)
+    for key, v in sums.items():
+      # Truncated importance weights taken in the step are rollout figures.
+      name = "rollout" if key in ("sampler_kl", "is_weight_mean", "is_capped_fraction") else "train"
+      out[f"{name}/{key}"] = v / len(step_metrics)
+    out["time/update"] = time.perf_counter() - t
+    out["truncated_fraction"] = truncated
+    out["kl/sequence"] = seq_kl
+    # Per-sequence negative log-likelihood of the sampled completions (nats,
+    # behaviour policy, the same rows and mean as kl/sequence): the size of
+    # the terms that kl/sequence sums.
+    out["rollout/nll"] = float(-(np.asarray(batch.old_logp) * np.asarray(mask)).sum(1).mean())
+    out["kl/coef"] = kl_coef
+    return out
+
+  # --------------------------------------------------------------------------
+  # Checkpoints.
+
+  def arrays(self) -> dict:
+    """The checkpointed arrays (the reference is saved as a pointer, not weights)."""
+    return {"policy": self.state, "value": self.value_state}
+
+  def load_arrays(self, arrays: dict) -> None:
+    self.state, self.value_state = arrays["policy"], arrays["value"]
+
+  def state_dict(self) -> dict:
+    return {"kl_controller": self.kl_ctl.state_dict()}
+
+  def export(self, directory: str, info: dict) -> None:
+    """The policy as a plain parameter checkpoint (rlpt.checkpoint.save_model)
+    with ``info`` in its metadata; with LoRA also the adapters alone, PEFT
+    layout, under ``directory/adapters``. Every process calls it (it gathers)."""
+    save_model(directory, to_host(self.policy_params()), self.model_cfg, info)
+    if self.lora_cfg is not None:
+      adapters = to_host(self.state.params)
+      if is_primary():
+        save_adapters(os.path.join(directory, "adapters"), adapters, self.lora_cfg)
+
+  def load_state_dict(self, state: dict) -> None:
+    self.kl_ctl.load_state_dict(state["kl_controller"])

@@ -1,0 +1,59 @@
+"""A run's metrics: `RunLog`, what the loop logs and what it reports at the end."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+
+from rlpt.metrics.report import plot_eval_curves, success_table
+from rlpt.metrics.writer import MetricsWriter
+
+
+class RunLog:
+  """``metrics.jsonl`` and TensorBoard in ``workdir`` (``primary`` process
+  only) and the history of every row, which every process keeps (it is
+  checkpointed with the run)."""
+
+  def __init__(self, workdir: str, domains: Sequence[str], primary: bool):
+    self.workdir, self.domains, self.primary = workdir, tuple(domains), primary
+    self.writer = MetricsWriter(workdir) if primary else None
+    self.history: dict[str, list[dict]] = {"train": [], "eval": []}
+
+  def log(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
+    """One row: ``kind`` "train" or "eval" (kept in the history) or another
+    kind (written only)."""
+    if self.writer is not None:
+      self.writer.write(step, kind, metrics)
+    if kind in self.history:
+      self.history[kind].append({"step": step, **metrics})
+
+  def rewind(self, last_step: int) -> None:
+    """Cuts ``metrics.jsonl`` back to ``last_step`` (-1: empty), for a resume or a fresh start."""
+    if self.writer is not None:
+      self.writer.rewind(last_step)
+
+  def load_history(self, history: Mapping[str, Iterable[dict]]) -> None:
+    self.history = {k: list(v) for k, v in history.items()}
+
+  def log_saves(self, timings: Iterable) -> None:
+    """One ``checkpoint`` row per committed save (`rlpt.checkpoint.SaveTiming`)."""
+    for t in timings:
+      self.log(t.step, "checkpoint", {"checkpoint/save_seconds": t.total,
+                                      "checkpoint/blocked_seconds": t.blocked})
+
+  def report(self, step: int) -> dict:
+    """The held-out success table (first evaluation vs last), the curves PNG
+    and ``summary.md``; returns {"base", "final", "table"}."""
+    evals = [{k: v for k, v in row.items() if k != "step"} for row in self.history["eval"]]
+    base, final = evals[0], evals[-1]
+    table = success_table(base, final, self.domains)
+    if self.primary:
+      plot_eval_curves(self.history["eval"], self.domains,
+                       os.path.join(self.workdir, "eval_success.png"))
+      with open(os.path.join(self.workdir, "summary.md"), "w") as f:
+        f.write(f"# Held-out success: base vs after {step} RL steps\n\n{table}\n")
+    return {"base": base, "final": final, "table": table}
+
+  def close(self) -> None:
+    if self.writer is not None:
+      self.writer.close()

@@ -1,0 +1,292 @@
+"""Where a run's training batches come from: `RolloutSource`.
+
+    rollout = make_rollout_source(...)             # synchronous, or AsyncRolloutSource
+    batch, timings = rollout.next_batch(step)      # graded RolloutBatch for update ``step``
+    ...                                            # the update
+    metrics = rollout.publish(step, weights)       # new weights to the sampler; curriculum
+
+A source owns the task stream (grain), the curriculum's domain sampler, the
+environment pool and its episodes, the samplers and their copy of the
+policy, and the speculative draft. The synchronous source plays the batch
+of update s when asked for it, with the weights of update s - 1; the
+asynchronous one (`rlpt.rollout.async_source`) plays batches ahead of the
+update within a staleness bound. Both give the loop one interface, and a new
+rollout strategy is a subclass that overrides ``next_batch``/``publish``.
+Every batch's key is ``run_key(seed, "rollout", step)``, attempt a of a
+dynamic-sampling rollout ``fold_in(key, a)``.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from rlpt.config import (CurriculumConfig, DomainsConfig, EnvConfig, RLConfig, RolloutConfig,
+                         SpeculativeConfig)
+from rlpt.curriculum import domain_metrics, sampler_from_config
+from rlpt.data import TaskSampler, TaskStream
+from rlpt.keys import run_key
+from rlpt.models import ModelConfig
+from rlpt.rl import fill_groups, groups_with_signal
+from rlpt.rollout.batch import RolloutBatch, build_sequences, encode_prompts
+from rlpt.rollout.envs import make_env_pool
+from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
+from rlpt.rollout.generation import RolloutSampling
+from rlpt.rollout.pipeline import BusyClock
+from rlpt.sampling import SamplingParams
+from rlpt.sharding import Rules
+
+log = logging.getLogger(__name__)
+
+# Prompt buffers are padded to a multiple of this many tokens (see bucket_length).
+PROMPT_BUCKET = 16
+
+
+class RolloutSource:
+  """Synchronous rollout: the batch of update s is played when asked for, with
+  the weights published after update s - 1.
+
+  ``policy``: returns the policy's current full parameters (training layout);
+  the speculative draft distils from it. ``modes``: the sampling settings to
+  compile (the rollout's first, then evaluation's).
+  """
+
+  def __init__(self, rollout: RolloutConfig, rl: RLConfig, speculative: SpeculativeConfig,
+               env: EnvConfig, domains: DomainsConfig, curriculum: CurriculumConfig, *,
+               seed: int, steps: int, graphdef: nnx.GraphDef, model_cfg: ModelConfig, tokenizer,
+               mesh: Mesh, sample_rules: Rules, sample_shardings,
+               modes: tuple[SamplingParams, ...], busy: BusyClock,
+               policy: Callable[[], nnx.State]):
+    self.cfg, self.rl, self.speculative, self.domains = rollout, rl, speculative, domains
+    self.seed, self.tokenizer, self.busy, self._policy = seed, tokenizer, busy, policy
+    self.sampling = modes[0]
+    self.step = 0  # the last update whose weights were published
+    self.gen = RolloutSampling(rollout, speculative, graphdef, model_cfg, tokenizer, mesh,
+                               sample_rules, sample_shardings, modes, busy,
+                               draft_key=run_key(seed, "draft_init"), total_steps=steps)
+    self.pool = make_env_pool(env, domains, rollout)
+    self.episode_runner = EpisodeRunner(
+        self.pool, tokenizer, max_prompt_len=rollout.max_prompt_len,
+        max_new_tokens=rollout.max_new_tokens, stop_ids=self.gen.sampler.stop_ids,
+        bucket=PROMPT_BUCKET, interleave=rollout.interleave_turns)
+    # Training tasks: a grain iterator of per-rollout seeds; the curriculum
+    # sampler picks each rollout's domains (see rlpt.data.stream).
+    self.task_stream = TaskStream(seed, rollout.prompts_per_step)
+    self.domain_sampler = sampler_from_config(curriculum, domains)
+    # Guards the task stream and the curriculum (asynchronous producers draw
+    # while the loop updates the curriculum).
+    self.curriculum_lock = threading.RLock()
+    self._served: dict[int, RolloutBatch] = {}
+
+  # --------------------------------------------------------------------------
+  # The loop's interface.
+
+  def next_batch(self, step: int) -> tuple[RolloutBatch, dict]:
+    """The graded batch that update ``step`` trains on, and its timings."""
+    self._warm_draft()
+    batch, timings = self.rollout(key=self.batch_key(step))
+    timings["async/staleness"] = 0.0
+    return self._serve(step, batch, timings)
+
+  def publish(self, step: int, weights: nnx.State) -> dict:
+    """Update ``step`` is done: ``weights`` (sampling layout) go to the sampler,
+    the results of the batch it trained on to the curriculum. Returns the
+    step's rollout metrics (per domain, curriculum, pool, draft)."""
+    with self.busy.busy():
+      self.set_weights(weights)
+    self.step = step
+    valid = self._valid(step)
+    self.domain_sampler.update(_by_domain(valid))
+    return self._metrics(step, valid)
+
+  def set_weights(self, weights: nnx.State) -> None:
+    """Gives the sampler ``weights`` (sampling layout), e.g. after a restore."""
+    self.gen.handoff(weights)
+
+  def play(self, tasks: list, sampling: SamplingParams, key) -> EpisodeBatch:
+    """One episode per task with the published policy (the evaluator's ``play``)."""
+    return self.episodes(tasks, sampling, key=key)
+
+  def state_dict(self) -> dict:
+    """The task iterator and the curriculum, as JSON."""
+    return {"tasks": self.task_stream.state_dict(),
+            "curriculum": self.domain_sampler.state_dict()}
+
+  def load_state_dict(self, state: dict, step: int) -> None:
+    """Resumes after update ``step`` (the sampler's weights come by ``set_weights``)."""
+    self.task_stream.load_state_dict(state["tasks"])
+    self.domain_sampler.load_state_dict(state["curriculum"])
+    self.step = step
+
+  def close(self) -> None:
+    self.pool.close()
+
+  # --------------------------------------------------------------------------
+  # Playing episodes.
+
+  def batch_key(self, step: int | None = None) -> jax.Array:
+    """The key of the training batch of ``step`` (default: the next update's)."""
+    return run_key(self.seed, "rollout", self.step + 1 if step is None else step)
+
+  def episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
+               params=None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
+    """Plays one episode per task to its end (rlpt.rollout.episodes); returns
+    the conversations as host arrays, final grades, per-episode stats, timings.
+
+    ``grouped``: tasks come in groups of ``rollout.group_size`` copies;
+    ``params``: the weights to sample with (default: the published ones);
+    ``key``: default the next training batch's first attempt;
+    ``bucket_rows``: as in ``RolloutSampling.generate``."""
+    if key is None:
+      key = jax.random.fold_in(self.batch_key(), 0)
+
+    def generate(ids, lengths, grouped_, sub):
+      return self.gen.generate(ids, lengths, sampling, sub, grouped_, params, bucket_rows)
+    return self.episode_runner.run(tasks, generate, grouped, key, jax.random.fold_in)
+
+  def rollout_once(self, n_prompts: int, params=None, key=None, tasks=None,
+                   bucket_rows: bool = True) -> tuple[RolloutBatch, dict]:
+    """Plays ``n_prompts`` x group_size episodes and grades them (host arrays).
+
+    ``tasks``: the prompts' tasks if already drawn (else the next of the stream).
+    ``key``, ``bucket_rows``: as in ``episodes``.
+    """
+    g = self.cfg.group_size
+    if tasks is None:
+      with self.curriculum_lock:
+        tasks = self.task_stream.next_tasks(self.domain_sampler)
+    assert len(tasks) == n_prompts, (len(tasks), n_prompts)
+    tasks_b = [task for task in tasks for _ in range(g)]
+    seq, graded, stats, timings = self.episodes(tasks_b, self.sampling, grouped=True,
+                                                params=params, key=key, bucket_rows=bucket_rows)
+    records = tuple(dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
+                         verdict=x.verdict, infra_error=x.infra_error, length=int(n), turns=int(k))
+                    for tk, x, n, k in zip(tasks_b, graded, stats["generated"], stats["turns"]))
+    batch = RolloutBatch(
+        tokens=seq.tokens, loss_mask=seq.loss_mask, old_logp=seq.logp,
+        rewards=np.array([x.reward for x in graded], np.float32),
+        valid=np.array([not x.infra_error for x in graded], np.float32),
+        # The last turn's completion decides truncation (overlong shaping).
+        lengths=stats["last_len"], stopped=stats["stopped"], records=records)
+    timings = collections.defaultdict(float, timings)
+    timings["rollout/turns"] = float(np.mean(stats["turns"]))
+    timings["rollout/context_overflow"] = float(np.mean(stats["overflow"]))
+    return batch, timings
+
+  def rollout(self, params=None, key=None) -> tuple[RolloutBatch, dict]:
+    """One batch of graded samples (`RolloutBatch`) and its timings.
+
+    With ``rl.dynamic_sampling`` groups whose rewards are all equal (no
+    learning signal) are dropped and further rollouts refill the batch, up to
+    ``rl.max_rollouts_per_step``; if still short, uninformative groups fill
+    the rest so the batch shape never changes. ``params``: the weights to
+    sample with (default: the published ones); ``key``: the batch's key
+    (default: the next update's).
+    """
+    ro, rl = self.cfg, self.rl
+    keys = functools.partial(jax.random.fold_in, self.batch_key() if key is None else key)
+    batch, timings = self.rollout_once(ro.prompts_per_step, params, keys(0))
+    if not rl.dynamic_sampling:
+      return batch, timings
+    cands = [batch]
+
+    def informative(b):
+      return int(groups_with_signal(b.rewards.reshape(-1, ro.group_size),
+                                    b.valid.reshape(-1, ro.group_size)).sum())
+    have = informative(batch)
+    while have < ro.prompts_per_step and len(cands) < rl.max_rollouts_per_step:
+      more, more_t = self.rollout_once(ro.prompts_per_step, params, keys(len(cands)))
+      cands.append(more)
+      for k, v in more_t.items():
+        timings[k] += v
+      have += informative(more)
+    # The groups to keep, as rows of all candidates in order (rollouts may
+    # differ in prompt-bucket width: concat pads them to a common one).
+    offsets = np.cumsum([0] + [len(c) for c in cands])
+    filled = fill_groups([{"rewards": c.rewards, "valid": c.valid, "row": np.arange(o, o + len(c))}
+                          for c, o in zip(cands, offsets)],
+                         ro.prompts_per_step, ro.group_size, valid_key="valid")
+    rows = filled.arrays["row"]
+    if not filled.complete:
+      # Top up with uninformative groups (advantage 0) from the first rollout.
+      need = (ro.prompts_per_step - filled.num_groups) * ro.group_size
+      used = set(rows.tolist())
+      spare = np.array([i for i in range(len(cands[0])) if i not in used], np.int64)[:need]
+      rows = np.concatenate([rows, spare]).astype(np.int64)
+    timings["dynamic_sampling/rollouts"] = float(len(cands))
+    timings["dynamic_sampling/informative_groups"] = float(min(have, ro.prompts_per_step))
+    return RolloutBatch.concat(cands, self.tokenizer.pad_id).take(rows), timings
+
+  def _warm_draft(self) -> None:
+    """Distils the speculative draft on the policy's own samples before RL starts:
+    ``speculative.warmup_steps`` updates, fresh samples every 10 (tasks from a
+    stream of their own, so the run's task stream is untouched)."""
+    spec, ro = self.gen.spec, self.cfg
+    if spec is None or spec.warm:
+      return
+    tasks = TaskSampler(self.domains.ids, seed=self.seed + 31)
+    t = time.perf_counter()
+    metrics = {}
+    for i in range(self.speculative.warmup_steps):
+      if i % 10 == 0:
+        prompts = self.pool.reset(tasks.sample(ro.batch_size))
+        ids, lengths = encode_prompts([p.text for p in prompts], self.tokenizer, ro.max_prompt_len,
+                                      bucket=PROMPT_BUCKET)
+        comp, logp, n = self.gen.generate(ids, lengths, self.sampling,
+                                          run_key(self.seed, "draft_warmup", i))
+        seq = build_sequences(ids, lengths, comp, n, logp, self.tokenizer.pad_id)
+      metrics = spec.distill(self._policy(), seq.tokens, seq.loss_mask)
+    spec.warm = True
+    log.info("Draft distilled in %.1fs (%d updates): %s", time.perf_counter() - t,
+             self.speculative.warmup_steps, {k: round(v, 4) for k, v in metrics.items()})
+
+  # --------------------------------------------------------------------------
+  # Metrics.
+
+  def _serve(self, step: int, batch: RolloutBatch, timings: dict) -> tuple[RolloutBatch, dict]:
+    """Hands out the batch of update ``step`` (kept until its ``publish``)."""
+    self._served[step] = batch
+    gen_tokens = sum(r["length"] for r in batch.records)
+    timings["throughput/generated_tokens_per_s"] = gen_tokens / max(timings["time/generate"], 1e-9)
+    return batch, timings
+
+  def _valid(self, step: int) -> list[dict]:
+    """The records of the batch served for ``step`` that the environments graded."""
+    batch = self._served[step]
+    return [r for r in batch.records if not r["infra_error"]]
+
+  def _metrics(self, step: int, valid: list[dict]) -> dict:
+    batch = self._served.pop(step)
+    records = batch.records
+    out = dict(self.pool.stats())
+    spec = self.gen.spec
+    if spec is not None:
+      out.update(spec.metrics())
+      out.update(spec.refresh(step, self._policy(), batch.tokens, batch.loss_mask))
+    with self.curriculum_lock:
+      out.update(domain_metrics(valid, self.domain_sampler, tokens_key="length"))
+    out["reward/mean"] = float(np.mean([r["reward"] for r in valid])) if valid else 0.0
+    out["success/mean"] = float(np.mean([r["success"] for r in valid])) if valid else 0.0
+    out["response_length/mean"] = float(np.mean([r["length"] for r in records]))
+    out["infra_errors"] = float(len(records) - len(valid))
+    # CRC-32 of the trained batch's tokens: an integer (exact in float64) that
+    # tells whether two runs sampled the same tokens (resume tests compare it).
+    out["rollout/token_hash"] = float(zlib.crc32(np.ascontiguousarray(batch.tokens)))
+    return out
+
+
+def _by_domain(records: Sequence[dict]) -> dict[str, list[float]]:
+  by_domain = collections.defaultdict(list)
+  for r in records:
+    by_domain[r["domain"]].append(r["success"])
+  return dict(by_domain)
