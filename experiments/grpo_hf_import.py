@@ -29,8 +29,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # learning rate fit for a pretrained model differ.
   c = grpo_default.get_config("smoke" if arg == "smoke" else "")
   c.optim.update(learning_rate=1e-5, warmup_steps=5)
-  # Imported families (qkv bias, QK-norm, Gemma's norms...) sample with the
-  # general sampler; the prefix-shared fast path covers the plain Llama block.
+  # The general sampler serves every imported family; the prefix-shared fast
+  # path refuses sliding-window and soft-capped attention (Gemma 2/3, Mistral's
+  # window), so it stays off here (turn it on for Llama and Qwen checkpoints).
   c.rollout.share_prefix = False
   if arg == "smoke":
     from rlpt.models.hf_fixtures import ensure_tiny_llama

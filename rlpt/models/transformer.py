@@ -11,6 +11,8 @@ D d_model, N query heads, K kv heads, G = N // K, H head_dim, F mlp, V vocab.
 
 from __future__ import annotations
 
+import functools
+
 from typing import NamedTuple
 
 import jax
@@ -205,8 +207,13 @@ class Attention(nnx.Module):
                         **kw)
     return out, (ck, cv)
 
-  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache_kv, write_index_B):
+  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, cache_kv, write_index_B, attend=None):
     """Self-attention; with a cache, writes this block's K/V at write_index_B.
+
+    ``attend``: a cache layout's attention (``attend(cache, q, k, v,
+    positions) -> (out, cache)``, rlpt.sampling.cached): the projections,
+    norms and RoPE are this block's, the cache and its attention the
+    layout's; ``cache_kv`` is then the layout's cache and is returned updated.
 
     Without a cache, keys are this block's own tokens (training, scoring).
     There, unless the config keeps the default dense attention without a
@@ -242,7 +249,15 @@ class Attention(nnx.Module):
     new_kv = None
     window = self.window or None
     scale = cfg.attn_scale or None
-    if cache_kv is not None and mask_BxTxS is None:
+    if attend is not None:
+      if window or cfg.attn_logit_softcap:
+        raise ValueError("cache layouts attend over every cached position without a soft cap; "
+                         f"this layer has window {window}, attn_logit_softcap "
+                         f"{cfg.attn_logit_softcap} (use rlpt.sampling.Sampler).")
+      if scale is not None:  # layouts scale by head_dim**-0.5: fold the rest into q
+        q = q * jnp.asarray(scale * cfg.head_dim ** 0.5, q.dtype)
+      out, new_kv = attend(cache_kv, q, k, v, positions_BxT)
+    elif cache_kv is not None and mask_BxTxS is None:
       if scale is not None:
         q = q * jnp.asarray(scale * cfg.head_dim ** 0.5, q.dtype)
       out, new_kv = self._kernel_cached(q, k, v, positions_BxT, cache_kv, write_index_B, window)
@@ -307,8 +322,8 @@ class Block(nnx.Module):
       self.attn_post_norm = RMSNorm(cfg.d_model, cfg.norm_eps, off)
       self.mlp_post_norm = RMSNorm(cfg.d_model, cfg.norm_eps, off)
 
-  def __call__(self, x, positions, mask, cache_kv, write_index):
-    y, new_kv = self.attn(self.attn_norm(x), positions, mask, cache_kv, write_index)
+  def __call__(self, x, positions, mask, cache_kv, write_index, attend=None):
+    y, new_kv = self.attn(self.attn_norm(x), positions, mask, cache_kv, write_index, attend)
     if self.post_norms:
       y = self.attn_post_norm(y)
     x = x + y
@@ -329,11 +344,19 @@ class Decoder(nnx.Module):
     self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.norm_offset)
 
   def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache: KVCache | None = None,
-               write_index_B: jax.Array | None = None):
+               write_index_B: jax.Array | None = None, layout=None):
+    """``layout``: a cache layout (``attend(cache, layer, q, k, v, positions)``,
+    rlpt.sampling.cached) that owns ``cache``; the blocks delegate their
+    attention to it layer by layer."""
     x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
     if self.cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activation dtype
       x = x * jnp.asarray(self.cfg.d_model ** 0.5, x.dtype)
     x = constrain(x, ("batch", "seq", "embed"))
+    if layout is not None:
+      for i, block in enumerate(self.blocks):
+        x, cache = block(x, positions_BxT, None, cache, None,
+                         functools.partial(_layer_attend, layout.attend, i))
+      return self.final_norm(x), cache
     ks, vs = (None, None) if cache is None else (list(cache.k), list(cache.v))
     for i, block in enumerate(self.blocks):
       layer_kv = None if cache is None else (ks[i], vs[i])
@@ -343,6 +366,10 @@ class Decoder(nnx.Module):
     if cache is not None:
       cache = KVCache(tuple(ks), tuple(vs))
     return self.final_norm(x), cache
+
+
+def _layer_attend(attend, layer, cache, q, k, v, positions):
+  return attend(cache, layer, q, k, v, positions)
 
 
 class Transformer(nnx.Module):
@@ -355,9 +382,14 @@ class Transformer(nnx.Module):
       self.lm_head = _param(rngs, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"),
                             cfg.d_model ** -0.5)
 
-  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache=None, write_index_B=None):
-    """Returns (logits_BxTxV in fp32, updated cache or None)."""
-    h_BxTxD, cache = self.decoder(tokens_BxT, positions_BxT, mask_BxTxS, cache, write_index_B)
+  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache=None, write_index_B=None,
+               layout=None, with_logits: bool = True):
+    """Returns (logits_BxTxV in fp32, or None without ``with_logits``; updated
+    cache or None). ``layout``: as in `Decoder`."""
+    h_BxTxD, cache = self.decoder(tokens_BxT, positions_BxT, mask_BxTxS, cache, write_index_B,
+                                  layout)
+    if not with_logits:
+      return None, cache
     h = h_BxTxD.astype(jnp.float32)
     if self.cfg.tie_embeddings:
       # Tied explicitly (no shared Variable) so the model also works in tree mode.

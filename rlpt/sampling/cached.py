@@ -1,11 +1,11 @@
 """The policy's forward over a KV cache with a pluggable cache layout.
 
 The fast sampling paths (int8 KV cache, prefix-shared group cache,
-speculative decoding) need attention over cache layouts that
-``rlpt.models.Transformer`` does not know. Rather than growing the shared
-model, ``cached_forward`` runs the same parameters (``nnx.merge`` of the same
-graphdef, the model's own norms, MLP and RoPE) and delegates only the
-attention to a *layout*: a small hashable object with
+speculative decoding) need attention over cache layouts of their own. They
+run the model itself (``rlpt.models.Transformer`` with ``layout=``: its
+embedding, projections, biases, QK-norms, RoPE, MLP, norms and head, so every
+model option is honoured in one place) and the model delegates only the cache
+and its attention to a *layout*: a small hashable object with
 
   init(cfg, batch, length) -> cache
   prefill(graphdef, cfg, params, prompts_PxL, lengths_P, suffix_len) -> cache
@@ -117,54 +117,27 @@ def merge_attention(out_a, lse_a, out_b, lse_b) -> jax.Array:
 
 
 def cached_forward(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxT: jax.Array,
-                   positions_BxT: jax.Array, cache, attend, with_logits: bool = True):
-  """The Transformer's forward with ``attend`` in place of its cached attention.
+                   positions_BxT: jax.Array, cache, layout, with_logits: bool = True):
+  """The Transformer's own forward with ``layout`` owning the cache and its attention.
 
   Returns (logits [B, T, V] fp32 or None, cache). ``params`` must be fp32
   (``as_params`` first), so that a QuantizedState is dequantized once per
   jitted call, not once per decode step.
   """
-  model = nnx.merge(graphdef, params)
-  cfg: ModelConfig = model.cfg
-  dec, dt = model.decoder, cfg.jnp_dtype
-  x = jnp.take(dec.embed[...], tokens_BxT, axis=0).astype(dt)
-  for i, block in enumerate(dec.blocks):
-    a = block.attn
-    h = block.attn_norm(x)
-    q = apply_rope(jnp.einsum("btd,dnh->btnh", h, a.wq[...].astype(dt)), positions_BxT,
-                   cfg.rope_theta)
-    k = apply_rope(jnp.einsum("btd,dkh->btkh", h, a.wk[...].astype(dt)), positions_BxT,
-                   cfg.rope_theta)
-    v = jnp.einsum("btd,dkh->btkh", h, a.wv[...].astype(dt))
-    out, cache = attend(cache, i, q, k, v, positions_BxT)
-    x = x + jnp.einsum("btnh,nhd->btd", out.astype(dt), a.wo[...].astype(dt))
-    x = x + block.mlp(block.mlp_norm(x))
-  if not with_logits:
-    return None, cache
-  h = dec.final_norm(x).astype(jnp.float32)
-  if cfg.tie_embeddings:
-    logits = jnp.einsum("btd,vd->btv", h, dec.embed[...])
-    if cfg.scale_tied_head:
-      logits = logits * cfg.d_model ** -0.5
-  else:
-    logits = jnp.einsum("btd,dv->btv", h, model.lm_head[...])
-  return logits, cache
+  return nnx.merge(graphdef, params)(tokens_BxT, positions_BxT, None, cache, layout=layout,
+                                     with_logits=with_logits)
 
 
 def check_model_cfg(cfg: ModelConfig):
-  """The fast paths re-implement the plain Llama block; refuse any model option
-  they do not implement rather than sample from a different model."""
-  if cfg.attention_window:
-    raise ValueError(f"the fast sampling paths have no sliding window; model.attention_window "
-                     f"is {cfg.attention_window} (use rlpt.sampling.Sampler).")
-  plain = ModelConfig()
-  unsupported = {name: getattr(cfg, name) for name in (
-      "qkv_bias", "qk_norm", "norm_offset", "embed_scale", "mlp_activation",
-      "post_norms", "attn_scale", "attn_logit_softcap", "final_logit_softcap", "layer_windows",
-      "rope_scaling", "rope_local_theta") if getattr(cfg, name) != getattr(plain, name)}
-  if unsupported:
-    raise ValueError(f"the fast sampling paths support the plain Llama block only; this model "
-                     f"sets {unsupported} (use rlpt.sampling.Sampler).")
+  """The model runs every option itself; the layouts attend over every cached
+  position, so a model with sliding-window layers or soft-capped attention
+  logits is refused here, before anything is compiled."""
+  windows = cfg.attention_window or any(cfg.layer_windows)
+  if windows or cfg.attn_logit_softcap:
+    raise ValueError(f"the fast sampling paths attend over every cached position without a soft "
+                     f"cap; this model has attention_window {cfg.attention_window}, "
+                     f"layer_windows {tuple(cfg.layer_windows)}, attn_logit_softcap "
+                     f"{cfg.attn_logit_softcap} (use rlpt.sampling.Sampler).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +174,7 @@ class FlatLayout:
     p, l = prompts_PxL.shape
     cache = self.init(cfg, p, l + suffix_len)
     pos = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (p, l))
-    _, cache = cached_forward(graphdef, params, prompts_PxL, pos, cache, self.attend,
+    _, cache = cached_forward(graphdef, params, prompts_PxL, pos, cache, self,
                               with_logits=False)
     return cache
 
@@ -276,7 +249,7 @@ def _fast_generate(sampler: FastSampler, params, prompts_PxL, lengths_P, rng,
 
   def body(s: _LoopState):
     logits, cache = cached_forward(sampler.graphdef, params, s.pending_B[:, None],
-                                   s.position_B[:, None], s.cache, layout.attend)
+                                   s.position_B[:, None], s.cache, layout)
     rng, sub = jax.random.split(s.rng)
     tok_B, logp_B = sample_token(sub, logits[:, 0], sampling)
     tok_B = jnp.where(s.done_B, sampler.pad_id, tok_B)

@@ -174,7 +174,7 @@ def _spec_generate(sp: SpeculativeSampler, target_params, draft_params, prompts_
     def draft_step(carry, j):
       tok_B, cache, key = carry
       logits, cache = cached_forward(sp.draft_graphdef, dparams, tok_B[:, None],
-                                     (s.position_B + j)[:, None], cache, layout.attend)
+                                     (s.position_B + j)[:, None], cache, layout)
       logq_BxV = processed_logprobs(logits[:, 0], sampling)
       key, sub = jax.random.split(key)
       if sampling.greedy:
@@ -190,7 +190,7 @@ def _spec_generate(sp: SpeculativeSampler, target_params, draft_params, prompts_
     verify_BxG1 = jnp.concatenate([s.pending_B[:, None], drafts_BxG], axis=1)
     logits, tcache = cached_forward(sp.target_graphdef, tparams, verify_BxG1,
                                     s.position_B[:, None] + offsets_G1, s.target_cache,
-                                    layout.attend)
+                                    layout)
     logp_BxG1xV = processed_logprobs(logits, sampling)
     n_B, next_B = speculative_accept(r_accept, drafts_BxG, logq_BxGxV, logp_BxG1xV,
                                      sampling.greedy)

@@ -52,8 +52,8 @@ def test_decode_logits_equal_unshared(model, kv_int8):
   def run(params):
     c_flat = flat.prefill(graphdef, CFG, params, jnp.asarray(rep_ids), jnp.asarray(rep_len), 8)
     c_shared = shared.prefill(graphdef, CFG, params, jnp.asarray(ids), jnp.asarray(lengths), 8)
-    a, c_shared = cached_forward(graphdef, params, toks, pos, c_shared, shared.attend)
-    b, _ = cached_forward(graphdef, params, toks, pos, c_flat, flat.attend)
+    a, c_shared = cached_forward(graphdef, params, toks, pos, c_shared, shared)
+    b, _ = cached_forward(graphdef, params, toks, pos, c_flat, flat)
     return a, b, c_shared, c_flat
 
   a, b, c_shared, c_flat = run(params)

@@ -88,7 +88,7 @@ def test_int8_kv_cache_logits_within_bound(model, tokens):
   b, l = tokens.shape
   pos = jnp.broadcast_to(jnp.arange(l), (b, l))
   for layout, atol in ((FlatLayout(), 2e-5), (FlatLayout(kv_int8=True), KV8_LOGITS_ATOL)):
-    got, _ = jax.jit(lambda p, t, c, lay=layout: cached_forward(graphdef, p, t, pos, c, lay.attend))(
+    got, _ = jax.jit(lambda p, t, c, lay=layout: cached_forward(graphdef, p, t, pos, c, lay))(
         params, tokens, layout.init(CFG, b, l))
     assert float(jnp.abs(got - ref).max()) < atol, layout
     assert float((got.argmax(-1) == ref.argmax(-1)).mean()) >= MIN_GREEDY_AGREEMENT
@@ -138,5 +138,5 @@ def test_cached_forward_tied_head_equals_model(scale):
   ref = forward_logits(graphdef, params, tokens)
   pos = jnp.broadcast_to(jnp.arange(12), (2, 12))
   got, _ = cached_forward(graphdef, params, tokens, pos, FlatLayout().init(cfg, 2, 12),
-                          FlatLayout().attend)
+                          FlatLayout())
   np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=2e-5, rtol=0)
