@@ -47,10 +47,11 @@ def main(_):
         f"completions x {ro.max_new_tokens} new tokens")
 
   # Decode throughput with no early stop: every row generates max_new_tokens.
-  sampler = Sampler(trainer.actor.graphdef, trainer.actor.model_cfg, ro.max_prompt_len, ro.max_new_tokens,
+  actor, rollout = trainer.actor, trainer.rollout
+  sampler = Sampler(actor.graphdef, actor.model_cfg, ro.max_prompt_len, ro.max_new_tokens,
                     trainer.tokenizer.pad_id, ())
   from rlpt.data import TaskSampler
-  prompts = trainer.rollout.pool.reset(TaskSampler(cfg.domains.ids, seed=cfg.seed).sample(ro.batch_size))
+  prompts = rollout.pool.reset(TaskSampler(cfg.domains.ids, seed=cfg.seed).sample(ro.batch_size))
   from rlpt.rollout import encode_prompts
   ids, lengths = encode_prompts([p.text for p in prompts], trainer.tokenizer, ro.max_prompt_len,
                                 bucket=16)
@@ -58,7 +59,7 @@ def main(_):
   times = []
   for i in range(4):
     t = time.perf_counter()
-    out = sampler.generate(trainer.rollout.gen.params, ids, lengths, jax.random.key(i), sampling)
+    out = sampler.generate(rollout.samplers.params, ids, lengths, jax.random.key(i), sampling)
     jax.block_until_ready(out)
     if i:
       times.append(time.perf_counter() - t)

@@ -62,7 +62,7 @@ def main(_):
   from rlpt.models import ModelConfig, Transformer
   from rlpt.rollout import build_sequences
   from rlpt.sampling import Sampler, SamplingParams
-  from rlpt.sampling.cached import FastSampler, FlatLayout
+  from rlpt.sampling.fast import FastSampler, FlatLayout
   from rlpt.sampling.sampler import SampleOutput
   from rlpt.sampling.prefix import PrefixLayout
   from rlpt.sampling.quant import quantize_params, tree_bytes

@@ -148,7 +148,7 @@ def measure(seed: int = 0) -> dict:
   from rlpt.rl import LossConfig, grpo_advantages, loss_counts
   from rlpt.rollout import build_sequences
   from rlpt.sampling import Sampler, SamplingParams
-  from rlpt.sampling.cached import FastSampler
+  from rlpt.sampling.fast import FastSampler
   from rlpt.sampling.prefix import PrefixLayout
   from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
                           rl_train_step, sequence_logprobs)

@@ -6,9 +6,9 @@
       metrics = evaluator.run(play, step)
 
 ``play(tasks, sampling, key) -> EpisodeBatch`` plays one episode per task with
-the current policy (the trainer's `EpisodeRunner` over its sampler); the
-evaluator pads every call to ``batch_size`` tasks so it reuses the compiled
-shape. Its keys are ``run_key(seed, "eval", step, mode, chunk)`` (mode 0
+the current policy (`RolloutSource.play`: its `EpisodeRunner` over its
+sampler); the evaluator pads every call to ``batch_size`` tasks so it reuses
+the compiled shape. Its keys are ``run_key(seed, "eval", step, mode, chunk)`` (mode 0
 greedy, 1 sampled) and ``run_key(seed, "answers", step, sampled, chunk)``:
 apart from the training stream, so how often a run evaluates does not change
 what it trains on.

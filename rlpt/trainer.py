@@ -1,6 +1,6 @@
 """The single-controller RL loop over four components::
 
-    batch, timings = rollout.next_batch(step)     # RolloutSource: tasks, environments, sampler
+    batch, rollout_metrics = rollout.next_batch(step)   # RolloutSource: tasks, environments, sampler
     metrics = actor.update(batch, step)           # Actor: policy / reference / critic, the update
     metrics |= rollout.publish(step, actor.sampling_weights())
     if evaluator.due(step, steps): evaluator.run(rollout.play, step)   # Evaluator
@@ -102,14 +102,14 @@ class Trainer:
     start = time.perf_counter()
     window_start = self._window_start or start
     step = self.step + 1
-    batch, timings = self.rollout.next_batch(step)
+    batch, rollout_metrics = self.rollout.next_batch(step)
     metrics = self.actor.update(batch, step)
     t = time.perf_counter()
     metrics |= self.rollout.publish(step, self.actor.sampling_weights())
     metrics["time/publish"] = time.perf_counter() - t
     self.step = step
     end = time.perf_counter()
-    metrics |= timings
+    metrics |= rollout_metrics
     metrics["time/step"] = end - start
     metrics["accelerator/idle_fraction"] = self.busy.idle_fraction(window_start, end)
     self._window_start = end

@@ -80,7 +80,7 @@ class RolloutConfig:
   # max_prompt_len; an episode that would exceed it ends unsolved.
   max_attempts: int = 1
   max_turns: int = 0
-  # The fast sampling path (rlpt.sampling.cached): int8 weight-only copy of
+  # The fast sampling path (rlpt.sampling.fast): int8 weight-only copy of
   # the policy for the sampler (re-quantized after every weight handoff), an
   # int8 KV cache, and a GRPO group sharing its prompt's prefilled cache.
   # With int8 the sampler's log-probs differ slightly from the policy's: the

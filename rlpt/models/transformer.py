@@ -211,7 +211,7 @@ class Attention(nnx.Module):
     """Self-attention; with a cache, writes this block's K/V at write_index_B.
 
     ``attend``: a cache layout's attention (``attend(cache, q, k, v,
-    positions) -> (out, cache)``, rlpt.sampling.cached): the projections,
+    positions) -> (out, cache)``, rlpt.sampling.fast): the projections,
     norms and RoPE are this block's, the cache and its attention the
     layout's; ``cache_kv`` is then the layout's cache and is returned updated.
 
@@ -346,7 +346,7 @@ class Decoder(nnx.Module):
   def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache: KVCache | None = None,
                write_index_B: jax.Array | None = None, layout=None):
     """``layout``: a cache layout (``attend(cache, layer, q, k, v, positions)``,
-    rlpt.sampling.cached) that owns ``cache``; the blocks delegate their
+    rlpt.sampling.fast) that owns ``cache``; the blocks delegate their
     attention to it layer by layer."""
     x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
     if self.cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activation dtype

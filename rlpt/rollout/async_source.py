@@ -50,29 +50,29 @@ class AsyncRolloutSource(RolloutSource):
   def next_batch(self, step: int) -> tuple[RolloutBatch, dict]:
     self._warm_draft()
     if self.pipeline is None:
-      self.snapshots = {step - 1: self.gen.params}
+      self.snapshots = {step - 1: self.samplers.params}
       self.pipeline = AsyncRollout(self._prepare_wave, self._execute_wave, self.cfg.max_staleness,
                                    step, start=False)
       self.pipeline.start()
     wave = self.pipeline.get(step)
-    (batch, timings, self._consumed_state), version = wave.item, wave.version
-    timings["async/wait"] = wave.wait_s
-    timings["async/ready_waves"] = float(wave.ready)
+    (batch, metrics, self._consumed_state), version = wave.item, wave.version
+    metrics["async/wait"] = wave.wait_s
+    metrics["async/ready_waves"] = float(wave.ready)
     if batch.version is None:
-      timings["async/staleness"] = float(step - 1 - version)
+      metrics["async/staleness"] = float(step - 1 - version)
     else:
       # Per sample: the mean, the largest, and each domain's (budgets differ by domain).
       lag = step - 1 - batch.version
-      timings["async/staleness"] = float(lag.mean())
-      timings["async/staleness_max"] = float(lag.max())
+      metrics["async/staleness"] = float(lag.mean())
+      metrics["async/staleness_max"] = float(lag.max())
       # The histogram: the share of samples k updates old, for k = 0..bound.
       for k in range(self.cfg.max_staleness + 1):
-        timings[f"async/staleness_share/{k}"] = float(np.mean(lag == k))
+        metrics[f"async/staleness_share/{k}"] = float(np.mean(lag == k))
       records = batch.records
       for d in sorted({r["domain"] for r in records}):
-        timings[f"async/staleness/{d}"] = float(np.mean(
+        metrics[f"async/staleness/{d}"] = float(np.mean(
             [x for x, r in zip(lag, records) if r["domain"] == d]))
-    return self._serve(step, batch, timings)
+    return self._serve(step, batch, metrics)
 
   def publish(self, step: int, weights: nnx.State) -> dict:
     with self.busy.busy():
@@ -87,7 +87,7 @@ class AsyncRolloutSource(RolloutSource):
       done = self._consumed_state["curriculum_applied"]
       for s in [s for s in self.curriculum_log if s <= done]:
         del self.curriculum_log[s]
-    self.snapshots[step] = self.gen.params
+    self.snapshots[step] = self.samplers.params
     for v in [v for v in self.snapshots if v < step - self.cfg.max_staleness]:
       del self.snapshots[v]
     self.pipeline.publish(step)
@@ -149,17 +149,17 @@ class AsyncRolloutSource(RolloutSource):
     """
     done, tasks, key, state = prepared
     if done is not None:
-      batch, timings = done
-      return batch.with_version(version), timings, state
+      batch, metrics = done
+      return batch.with_version(version), metrics, state
     parts = collections.defaultdict(list)
     for i, task in enumerate(tasks):
       parts[self.cfg.staleness_of(task.domain)].append(i)
     if len(parts) == 1:
       v = self.pipeline.version_for(wave, next(iter(parts)))
       self.pipeline.wait_version(v)
-      batch, timings = self.rollout_once(len(tasks), self.snapshots[v],
+      batch, metrics = self.rollout_once(len(tasks), self.snapshots[v],
                                          jax.random.fold_in(key, 0), tasks=tasks)
-      return batch.with_version(v), timings, state
+      return batch.with_version(v), metrics, state
 
     def play(k: int, idx: list[int]):
       v = self.pipeline.version_for(wave, k)
@@ -173,8 +173,8 @@ class AsyncRolloutSource(RolloutSource):
     order = sorted(parts, reverse=True)  # the longest-lagging part first
     with concurrent.futures.ThreadPoolExecutor(len(order), "rlpt-wave-part") as ex:
       results = [f.result() for f in [ex.submit(play, k, parts[k]) for k in order]]
-    batch, timings = merge_parts(results, self.cfg.group_size, self.tokenizer.pad_id)
-    return batch, timings, state
+    batch, metrics = merge_parts(results, self.cfg.group_size, self.tokenizer.pad_id)
+    return batch, metrics, state
 
 
 def make_rollout_source(rollout, *args, **kwargs) -> RolloutSource:

@@ -220,18 +220,18 @@ class RolloutBatch:
 def merge_parts(parts, group_size: int, pad_id: int):
   """One rollout from parts played separately (per-domain staleness budgets).
 
-  parts: (prompt indices, RolloutBatch, timings) per part, each batch's rows
+  parts: (prompt indices, RolloutBatch, metrics) per part, each batch's rows
   being each prompt's ``group_size`` samples in the part's order. Returns
-  (RolloutBatch, timings) with rows back in prompt order, every part padded
+  (RolloutBatch, metrics) with rows back in prompt order, every part padded
   to the widest; times and counts add up over parts, per-sample rates are
   weighted by rows.
   """
   rows = np.concatenate([(np.asarray(idx)[:, None] * group_size + np.arange(group_size)).ravel()
                          for idx, _, _ in parts])
   batch = RolloutBatch.concat([b for _, b, _ in parts], pad_id).take(np.argsort(rows))
-  timings: dict[str, float] = collections.defaultdict(float)
+  metrics: dict[str, float] = collections.defaultdict(float)
   n = len(batch)
   for _, b, t in parts:
     for k, x in t.items():
-      timings[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else x * len(b) / n
-  return batch, timings
+      metrics[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else x * len(b) / n
+  return batch, metrics

@@ -5,7 +5,7 @@ Plain runs use ``Sampler`` (every model option). The fast path (int8 weights
 or KV cache, prefix sharing) uses ``FastSampler`` with a flat cache plus, with
 ``share_prefix``, a second one whose GRPO groups share their prompt's cache
 (the first turn of grouped rollouts). ``speculative.gamma`` adds a distilled
-draft (rlpt.sampling.drafted). Every generate program is jitted once per
+draft (rlpt.sampling.speculative_rollout). Every generate program is jitted once per
 sampling mode with explicit shardings over the mesh's sampling layout.
 """
 
@@ -24,8 +24,8 @@ from rlpt.rollout.pipeline import BusyClock
 from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global,
                           jit_sampler, replicated, row_bucket, to_host)
 from rlpt.sampling import Sampler, SamplingParams
-from rlpt.sampling.cached import FastSampler, FlatLayout
-from rlpt.sampling.drafted import DraftedSampling
+from rlpt.sampling.fast import FastSampler, FlatLayout
+from rlpt.sampling.speculative_rollout import SpeculativeRollout
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import QuantizedState, quantize_params
 from rlpt.sharding import Rules
@@ -35,7 +35,7 @@ class RolloutSampling:
   """The samplers of a run and the weights they sample with.
 
   ``params``: the sampler's copy of the policy (set by ``handoff``); ``spec``:
-  the speculative draft (``DraftedSampling``) or None.
+  the speculative draft (``SpeculativeRollout``) or None.
   """
 
   def __init__(self, rollout: RolloutConfig, speculative: SpeculativeConfig,
@@ -49,7 +49,7 @@ class RolloutSampling:
     param_sh = sample_sh
     self.quantize = None
     self.group_generate_fns = {}
-    self.spec = None
+    self.speculative = None
     if not (ro.fast_sampler or speculative.gamma):
       self.sampler = Sampler(graphdef, model_cfg, *args, decode_phases=ro.decode_phases)
     else:
@@ -77,8 +77,8 @@ class RolloutSampling:
       layouts = {False: FlatLayout(ro.kv_int8)}
       if self.group_generate_fns:
         layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
-      self.spec = DraftedSampling(speculative, graphdef, model_cfg, args, layouts, param_sh,
-                                  mesh, sample_rules, draft_key, total_steps)
+      self.speculative = SpeculativeRollout(speculative, graphdef, model_cfg, args, layouts,
+                                            param_sh, mesh, sample_rules, draft_key, total_steps)
 
   def handoff(self, params: nnx.State) -> None:
     """Gives the sampler ``params`` (already in the sampling layout), quantized
@@ -117,8 +117,8 @@ class RolloutSampling:
     if size > n:
       ids = np.concatenate([ids, np.repeat(ids[:1], size - n, 0)])
       lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])
-    if self.spec is not None and self.spec.warm:
-      fn = functools.partial(self.spec.generate, sampling=sampling, grouped=grouped)
+    if self.speculative is not None and self.speculative.warm:
+      fn = functools.partial(self.speculative.generate, sampling=sampling, grouped=grouped)
     with self.busy.busy():
       out = fn(self.params if params is None else params, host_to_global(ids, bs2),
                host_to_global(lengths, bs1),

@@ -5,18 +5,18 @@ trainer will consume, ahead of it: wave w is consumed by update w and is
 sampled with the policy of version ``max(v0, w - 1 - k)`` (version v = the
 weights after v updates, v0 the version the run started or resumed at). So
 while update w runs, waves w+1..w+k are being generated on the device and
-graded by the environments; k = 0 would be the synchronous loop (the trainer
-does not use this class then). The version a wave uses does not depend on
-thread timing, so an asynchronous run is as reproducible as a synchronous
-one.
+graded by the environments; k = 0 would be the synchronous loop
+(`rlpt.rollout.source.RolloutSource`, which needs no threads). The version a
+wave uses does not depend on thread timing, so an asynchronous run is as
+reproducible as a synchronous one.
 
 ``BusyClock`` records the intervals in which a jitted program is running (or
 the host is blocked on its result) and reports the fraction of a window in
 which none was: the accelerator's idle fraction.
 
-Nothing here knows about models; the trainer supplies ``prepare(wave,
-version)`` and ``execute(wave, version, prepared)`` (see `AsyncRollout`) and
-publishes each new version.
+Nothing here knows about models; `rlpt.rollout.async_source.AsyncRolloutSource`
+supplies ``prepare(wave, version)`` and ``execute(wave, version, prepared)``
+(see `AsyncRollout`) and publishes each new version.
 """
 
 from __future__ import annotations
@@ -41,9 +41,12 @@ class BusyClock:
     try:
       yield
     finally:
-      end = time.perf_counter()
-      with self._lock:
-        self._intervals.append((start, end))
+      self.record(start, time.perf_counter())
+
+  def record(self, start: float, end: float) -> None:
+    """Adds the busy interval [start, end] (``time.perf_counter`` seconds)."""
+    with self._lock:
+      self._intervals.append((start, end))
 
   def idle_fraction(self, start: float, end: float) -> float:
     """Fraction of [start, end] covered by no busy interval; forgets intervals before start."""
@@ -170,7 +173,7 @@ class AsyncRollout:
     return Wave(item, version, time.perf_counter() - t, depth)
 
   def publish(self, version: int) -> None:
-    """The trainer has made policy ``version`` available to the producers."""
+    """Policy ``version`` is available to the producers (the loop's update is done)."""
     with self._cv:
       self._latest = max(self._latest, version)
       self._cv.notify_all()

@@ -1,9 +1,9 @@
 """Where a run's training batches come from: `RolloutSource`.
 
     rollout = make_rollout_source(...)             # synchronous, or AsyncRolloutSource
-    batch, timings = rollout.next_batch(step)      # graded RolloutBatch for update ``step``
+    batch, metrics = rollout.next_batch(step)      # graded RolloutBatch for update ``step``
     ...                                            # the update
-    metrics = rollout.publish(step, weights)       # new weights to the sampler; curriculum
+    metrics |= rollout.publish(step, weights)      # new weights to the sampler; curriculum
 
 A source owns the task stream (grain), the curriculum's domain sampler, the
 environment pool and its episodes, the samplers and their copy of the
@@ -71,13 +71,13 @@ class RolloutSource:
     self.seed, self.tokenizer, self.busy, self._policy = seed, tokenizer, busy, policy
     self.sampling = modes[0]
     self.step = 0  # the last update whose weights were published
-    self.gen = RolloutSampling(rollout, speculative, graphdef, model_cfg, tokenizer, mesh,
+    self.samplers = RolloutSampling(rollout, speculative, graphdef, model_cfg, tokenizer, mesh,
                                sample_rules, sample_shardings, modes, busy,
                                draft_key=run_key(seed, "draft_init"), total_steps=steps)
     self.pool = make_env_pool(env, domains, rollout)
     self.episode_runner = EpisodeRunner(
         self.pool, tokenizer, max_prompt_len=rollout.max_prompt_len,
-        max_new_tokens=rollout.max_new_tokens, stop_ids=self.gen.sampler.stop_ids,
+        max_new_tokens=rollout.max_new_tokens, stop_ids=self.samplers.sampler.stop_ids,
         bucket=PROMPT_BUCKET, interleave=rollout.interleave_turns)
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
@@ -92,11 +92,12 @@ class RolloutSource:
   # The loop's interface.
 
   def next_batch(self, step: int) -> tuple[RolloutBatch, dict]:
-    """The graded batch that update ``step`` trains on, and its timings."""
+    """The graded batch that update ``step`` trains on, and the rollout's metrics
+    (times, counts and rates of playing it)."""
     self._warm_draft()
-    batch, timings = self.rollout(key=self.batch_key(step))
-    timings["async/staleness"] = 0.0
-    return self._serve(step, batch, timings)
+    batch, metrics = self.rollout(key=self.batch_key(step))
+    metrics["async/staleness"] = 0.0
+    return self._serve(step, batch, metrics)
 
   def publish(self, step: int, weights: nnx.State) -> dict:
     """Update ``step`` is done: ``weights`` (sampling layout) go to the sampler,
@@ -111,7 +112,7 @@ class RolloutSource:
 
   def set_weights(self, weights: nnx.State) -> None:
     """Gives the sampler ``weights`` (sampling layout), e.g. after a restore."""
-    self.gen.handoff(weights)
+    self.samplers.handoff(weights)
 
   def play(self, tasks: list, sampling: SamplingParams, key) -> EpisodeBatch:
     """One episode per task with the published policy (the evaluator's ``play``)."""
@@ -141,7 +142,8 @@ class RolloutSource:
   def episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
                params=None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
     """Plays one episode per task to its end (rlpt.rollout.episodes); returns
-    the conversations as host arrays, final grades, per-episode stats, timings.
+    the conversations as host arrays, final grades, per-episode stats and the
+    rollout's metrics.
 
     ``grouped``: tasks come in groups of ``rollout.group_size`` copies;
     ``params``: the weights to sample with (default: the published ones);
@@ -151,7 +153,7 @@ class RolloutSource:
       key = jax.random.fold_in(self.batch_key(), 0)
 
     def generate(ids, lengths, grouped_, sub):
-      return self.gen.generate(ids, lengths, sampling, sub, grouped_, params, bucket_rows)
+      return self.samplers.generate(ids, lengths, sampling, sub, grouped_, params, bucket_rows)
     return self.episode_runner.run(tasks, generate, grouped, key, jax.random.fold_in)
 
   def rollout_once(self, n_prompts: int, params=None, key=None, tasks=None,
@@ -167,24 +169,24 @@ class RolloutSource:
         tasks = self.task_stream.next_tasks(self.domain_sampler)
     assert len(tasks) == n_prompts, (len(tasks), n_prompts)
     tasks_b = [task for task in tasks for _ in range(g)]
-    seq, graded, stats, timings = self.episodes(tasks_b, self.sampling, grouped=True,
+    seq, graded, ep_stats, metrics = self.episodes(tasks_b, self.sampling, grouped=True,
                                                 params=params, key=key, bucket_rows=bucket_rows)
     records = tuple(dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
                          verdict=x.verdict, infra_error=x.infra_error, length=int(n), turns=int(k))
-                    for tk, x, n, k in zip(tasks_b, graded, stats["generated"], stats["turns"]))
+                    for tk, x, n, k in zip(tasks_b, graded, ep_stats["generated"], ep_stats["turns"]))
     batch = RolloutBatch(
         tokens=seq.tokens, loss_mask=seq.loss_mask, old_logp=seq.logp,
         rewards=np.array([x.reward for x in graded], np.float32),
         valid=np.array([not x.infra_error for x in graded], np.float32),
         # The last turn's completion decides truncation (overlong shaping).
-        lengths=stats["last_len"], stopped=stats["stopped"], records=records)
-    timings = collections.defaultdict(float, timings)
-    timings["rollout/turns"] = float(np.mean(stats["turns"]))
-    timings["rollout/context_overflow"] = float(np.mean(stats["overflow"]))
-    return batch, timings
+        lengths=ep_stats["last_len"], stopped=ep_stats["stopped"], records=records)
+    metrics = collections.defaultdict(float, metrics)
+    metrics["rollout/turns"] = float(np.mean(ep_stats["turns"]))
+    metrics["rollout/context_overflow"] = float(np.mean(ep_stats["overflow"]))
+    return batch, metrics
 
   def rollout(self, params=None, key=None) -> tuple[RolloutBatch, dict]:
-    """One batch of graded samples (`RolloutBatch`) and its timings.
+    """One batch of graded samples (`RolloutBatch`) and its metrics.
 
     With ``rl.dynamic_sampling`` groups whose rewards are all equal (no
     learning signal) are dropped and further rollouts refill the batch, up to
@@ -195,9 +197,9 @@ class RolloutSource:
     """
     ro, rl = self.cfg, self.rl
     keys = functools.partial(jax.random.fold_in, self.batch_key() if key is None else key)
-    batch, timings = self.rollout_once(ro.prompts_per_step, params, keys(0))
+    batch, metrics = self.rollout_once(ro.prompts_per_step, params, keys(0))
     if not rl.dynamic_sampling:
-      return batch, timings
+      return batch, metrics
     cands = [batch]
 
     def informative(b):
@@ -208,7 +210,7 @@ class RolloutSource:
       more, more_t = self.rollout_once(ro.prompts_per_step, params, keys(len(cands)))
       cands.append(more)
       for k, v in more_t.items():
-        timings[k] += v
+        metrics[k] += v
       have += informative(more)
     # The groups to keep, as rows of all candidates in order (rollouts may
     # differ in prompt-bucket width: concat pads them to a common one).
@@ -223,15 +225,15 @@ class RolloutSource:
       used = set(rows.tolist())
       spare = np.array([i for i in range(len(cands[0])) if i not in used], np.int64)[:need]
       rows = np.concatenate([rows, spare]).astype(np.int64)
-    timings["dynamic_sampling/rollouts"] = float(len(cands))
-    timings["dynamic_sampling/informative_groups"] = float(min(have, ro.prompts_per_step))
-    return RolloutBatch.concat(cands, self.tokenizer.pad_id).take(rows), timings
+    metrics["dynamic_sampling/rollouts"] = float(len(cands))
+    metrics["dynamic_sampling/informative_groups"] = float(min(have, ro.prompts_per_step))
+    return RolloutBatch.concat(cands, self.tokenizer.pad_id).take(rows), metrics
 
   def _warm_draft(self) -> None:
     """Distils the speculative draft on the policy's own samples before RL starts:
     ``speculative.warmup_steps`` updates, fresh samples every 10 (tasks from a
     stream of their own, so the run's task stream is untouched)."""
-    spec, ro = self.gen.spec, self.cfg
+    spec, ro = self.samplers.speculative, self.cfg
     if spec is None or spec.warm:
       return
     tasks = TaskSampler(self.domains.ids, seed=self.seed + 31)
@@ -242,7 +244,7 @@ class RolloutSource:
         prompts = self.pool.reset(tasks.sample(ro.batch_size))
         ids, lengths = encode_prompts([p.text for p in prompts], self.tokenizer, ro.max_prompt_len,
                                       bucket=PROMPT_BUCKET)
-        comp, logp, n = self.gen.generate(ids, lengths, self.sampling,
+        comp, logp, n = self.samplers.generate(ids, lengths, self.sampling,
                                           run_key(self.seed, "draft_warmup", i))
         seq = build_sequences(ids, lengths, comp, n, logp, self.tokenizer.pad_id)
       metrics = spec.distill(self._policy(), seq.tokens, seq.loss_mask)
@@ -253,12 +255,12 @@ class RolloutSource:
   # --------------------------------------------------------------------------
   # Metrics.
 
-  def _serve(self, step: int, batch: RolloutBatch, timings: dict) -> tuple[RolloutBatch, dict]:
+  def _serve(self, step: int, batch: RolloutBatch, metrics: dict) -> tuple[RolloutBatch, dict]:
     """Hands out the batch of update ``step`` (kept until its ``publish``)."""
     self._served[step] = batch
     gen_tokens = sum(r["length"] for r in batch.records)
-    timings["throughput/generated_tokens_per_s"] = gen_tokens / max(timings["time/generate"], 1e-9)
-    return batch, timings
+    metrics["throughput/generated_tokens_per_s"] = gen_tokens / max(metrics["time/generate"], 1e-9)
+    return batch, metrics
 
   def _valid(self, step: int) -> list[dict]:
     """The records of the batch served for ``step`` that the environments graded."""
@@ -269,7 +271,7 @@ class RolloutSource:
     batch = self._served.pop(step)
     records = batch.records
     out = dict(self.pool.stats())
-    spec = self.gen.spec
+    spec = self.samplers.speculative
     if spec is not None:
       out.update(spec.metrics())
       out.update(spec.refresh(step, self._policy(), batch.tokens, batch.loss_mask))

@@ -18,7 +18,7 @@ Batched with per-row acceptance: each row keeps its own position; one
 iteration runs gamma + 1 one-token draft steps and one (gamma + 1)-token
 target step for every row, and row b advances by 1 + (its accepted count).
 Rollback is free: both caches store slot = position (see
-``rlpt.sampling.cached``), so rejected entries are masked by position and
+``rlpt.sampling.fast``), so rejected entries are masked by position and
 overwritten by the next iteration.
 
 Per-row state: the *pending* token (emitted, not yet in either cache) and
@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlpt.models import ModelConfig
-from rlpt.sampling.cached import (FlatLayout, cached_forward, check_model_cfg, check_prompts,
+from rlpt.sampling.fast import (FlatLayout, cached_forward, check_model_cfg, check_prompts,
                                   start_rows)
 from rlpt.sampling.logits import SamplingParams, processed_logprobs
 from rlpt.sampling.quant import QuantizedState, as_params

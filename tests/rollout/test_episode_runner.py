@@ -59,7 +59,7 @@ def _play(interleave):
     out = runner.run(tasks, sampler)
     wall = time.perf_counter() - t
     # Every environment came back to the pool.
-    assert len(pool._free[REVERSE]) == len(tasks)
+    assert pool.idle()[REVERSE] == len(tasks)
     return out, sampler.calls, wall
   finally:
     pool.close()

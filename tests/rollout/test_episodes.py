@@ -10,7 +10,7 @@ CALC = "rlpt/tools-calc-easy-v0"
 
 
 def _free(pool, domain):
-  return len(pool._free[domain])
+  return pool.idle()[domain]
 
 
 def test_repair_after_feedback_in_the_same_episode():

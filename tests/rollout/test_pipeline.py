@@ -12,10 +12,10 @@ from rlpt.rollout.pipeline import AsyncRollout, BusyClock
 def test_idle_fraction_against_hand_computed_union():
   clock = BusyClock()
   # Intervals [0,1], [0.5,2] (overlap), [3,4] inside the window [0, 5]: busy 3 of 5.
-  clock._intervals = [(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]
+  for iv in [(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]:
+    clock.record(*iv)
   assert clock.idle_fraction(0.0, 5.0) == pytest.approx(0.4)
   # A window cutting intervals: [1.5, 3.5] holds busy [1.5,2] and [3,3.5].
-  clock._intervals = [(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]
   assert clock.idle_fraction(1.5, 3.5) == pytest.approx(0.5)
   with clock.busy():
     time.sleep(0.01)

@@ -16,7 +16,7 @@ from flax import nnx
 from rlpt.models import KVCache, ModelConfig, Transformer, init_cache
 from rlpt.rollout import build_sequences
 from rlpt.sampling import Sampler, SamplingParams
-from rlpt.sampling.cached import FastSampler, FlatLayout
+from rlpt.sampling.fast import FastSampler, FlatLayout
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import init_int8_cache
 from rlpt.sampling.sampler import decode_bounds, grow_slots

@@ -12,7 +12,7 @@ from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
 from rlpt.sampling import Sampler, SamplingParams
-from rlpt.sampling.cached import FastSampler, FlatLayout, cached_forward, check_model_cfg
+from rlpt.sampling.fast import FastSampler, FlatLayout, cached_forward, check_model_cfg
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.steps import forward_logits
 

@@ -13,7 +13,7 @@ from flax import nnx
 from rlpt.models import ModelConfig, Transformer
 from rlpt.rollout import build_sequences
 from rlpt.sampling import SamplingParams
-from rlpt.sampling.cached import FastSampler, FlatLayout, cached_forward
+from rlpt.sampling.fast import FastSampler, FlatLayout, cached_forward
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import quantize_params, tree_bytes
 from rlpt.sampling.speculative import SpeculativeSampler

@@ -16,7 +16,7 @@ from flax import nnx
 from rlpt.models import ModelConfig, Transformer, init_cache
 from rlpt.rollout import build_sequences
 from rlpt.sampling import Sampler, SamplingParams
-from rlpt.sampling.cached import FastSampler, FlatLayout, cached_forward
+from rlpt.sampling.fast import FastSampler, FlatLayout, cached_forward
 from rlpt.sampling.quant import (dequantize_params, init_int8_cache,
                                  quantize_kv, dequantize_kv, quantize_params, tree_bytes)
 from rlpt.steps import forward_logits, sequence_logprobs

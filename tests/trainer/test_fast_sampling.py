@@ -60,7 +60,7 @@ def plain(base, tmp_path_factory):
 def test_prefix_shared_groups_sample_what_the_plain_sampler_samples(plain, base, tmp_path):
   shared = _trainer(tmp_path, base, share_prefix=True)
   try:
-    assert shared.rollout.gen.group_generate_fns  # the grouped program is the one used
+    assert shared.rollout.samplers.group_generate_fns  # the grouped program is the one used
     a, _ = plain.rollout.rollout()
     b, _ = shared.rollout.rollout()
     # Same tasks, same rng stream: identical tokens up to fp32 summation order.

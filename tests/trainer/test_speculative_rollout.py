@@ -26,14 +26,14 @@ def test_speculative_rollouts_carry_the_policy_logprobs(tmp_path, monkeypatch):
   cd.base.cache_dir = str(tmp_path / "bases")
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   try:
-    assert t.rollout.gen.spec is not None and not t.rollout.gen.spec.warm
-    draft_before = jax.tree.map(np.asarray, t.rollout.gen.spec.draft_params)
+    assert t.rollout.samplers.speculative is not None and not t.rollout.samplers.speculative.warm
+    draft_before = jax.tree.map(np.asarray, t.rollout.samplers.speculative.draft_params)
     m = t.train_step()
-    assert t.rollout.gen.spec.warm  # distilled before the first rollout
+    assert t.rollout.samplers.speculative.warm  # distilled before the first rollout
     assert 0.0 <= m["speculative/acceptance"] <= 1.0 and m["speculative/gamma"] == 3
     assert np.isfinite(m["distill/kl"])  # refreshed on the trained batch
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - np.asarray(b)).max()),
-                                         draft_before, t.rollout.gen.spec.draft_params))
+                                         draft_before, t.rollout.samplers.speculative.draft_params))
     assert max(moved) > 0
 
     arrays, _ = t.rollout.rollout()

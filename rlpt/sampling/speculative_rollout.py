@@ -1,6 +1,6 @@
 """Speculative decoding inside RL rollouts: the draft, its distillation, adaptive gamma.
 
-``DraftedSampling`` owns what a run needs to sample speculatively: a draft
+``SpeculativeRollout`` owns what a run needs to sample speculatively: a draft
 model of the configured shape (``speculative.draft_*``), a `DraftDistiller`
 that trains it on the policy's own samples (``warm_up`` before the first RL
 step, then ``refresh`` on trained batches every ``distill_every`` steps, as
@@ -25,7 +25,7 @@ from rlpt.sampling.speculative import AdaptiveGamma, SpeculativeSampler
 from rlpt.sharding import state_shardings
 
 
-class DraftedSampling:
+class SpeculativeRollout:
   """Draft model + distiller + gamma schedule + jitted speculative programs.
 
   layouts: {grouped: cache layout} ({False: flat} and, with prefix sharing,

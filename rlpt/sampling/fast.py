@@ -38,7 +38,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlpt.models import KVCache, ModelConfig, init_cache, write_kv
-from rlpt.models.transformer import apply_rope
 from rlpt.sampling.logits import SamplingParams, sample_token
 from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, dequantize_kv,
                                  init_int8_cache, quantize_kv)
