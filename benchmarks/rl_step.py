@@ -71,11 +71,13 @@ def main(_):
   for _ in range(2):
     trainer.train_step()
   rows = [trainer.train_step() for _ in range(_STEPS.value)]
-  keys = ["time/step", "time/generate", "time/environments", "time/reference", "time/update"]
+  keys = ["time/step", "time/generate", "time/environments", "time/reference", "time/update",
+          "time/publish"]
   med = {k: statistics.median(r[k] for r in rows) for k in keys}
   print(f"RL step: {med['time/step']:.3f} s median over {len(rows)} steps "
         f"(generate {med['time/generate']:.3f}, environments {med['time/environments']:.3f}, "
-        f"reference {med['time/reference']:.3f}, update {med['time/update']:.3f})")
+        f"reference {med['time/reference']:.3f}, update {med['time/update']:.3f}, "
+        f"weights to the sampler and metrics {med['time/publish']:.3f})")
   print(f"rollout generation: {np.median([r['throughput/generated_tokens_per_s'] for r in rows]):,.0f} "
         "tokens/s (with early stop)")
   trainer.close()

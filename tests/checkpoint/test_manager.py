@@ -116,3 +116,30 @@ def test_nothing_readable_is_an_error(tmp_path):
   with pytest.raises(NoRestorableCheckpoint, match="step 1"):
     ck.restore(abstract_like(_arrays(mesh)))
   ck.close()
+
+
+def test_resume_checks_refuse_another_reference_and_warn_on_changes(caplog):
+  """A checkpoint trained against another reference model is refused (its KL
+  term would change) naming both fingerprints; a changed config and an older
+  key scheme resume with a warning naming what changed."""
+  import logging
+
+  from rlpt.checkpoint import Restored, check_resume
+  saved = Restored(step=7, arrays=None, config={"rl": {"kl_beta": 0.01}, "seed": 0},
+                   trainer={"reference": {"path": "/bases/a", "fingerprint": "aaaa"},
+                            "keys": "v1"})
+  with pytest.raises(ValueError, match=r"step 7 in /ck was trained against the reference "
+                                       r"/bases/a \(fingerprint aaaa\).*/bases/b \(fingerprint bbbb\)"):
+    check_resume(saved, "/ck", base_path="/bases/b", fingerprint="bbbb",
+                 config=saved.config, keys="v1")
+  with caplog.at_level(logging.WARNING, logger="rlpt.checkpoint.manager"):
+    check_resume(saved, "/ck", base_path="/bases/a", fingerprint="aaaa",
+                 config={"rl": {"kl_beta": 0.02}, "seed": 0}, keys="v2")
+  text = caplog.text
+  assert "config.rl.kl_beta: 0.01 -> 0.02" in text
+  assert "random keys v1" in text and "v2" in text
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="rlpt.checkpoint.manager"):
+    check_resume(saved, "/ck", base_path="/bases/a", fingerprint="aaaa", config=saved.config,
+                 keys="v1")
+  assert caplog.text == ""
