@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import math
 import os
 import time
 from typing import NamedTuple
@@ -35,14 +36,16 @@ from rlpt.config import LoraSection, OptimConfig, RLConfig, ShardingConfig, Trai
 from rlpt.keys import run_key
 from rlpt.models import ModelConfig, ValueModel
 from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
+from rlpt.packing import Packing
 from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advantages,
-                     kl_reward_penalty_BxT, loss_counts, make_kl_controller, overlong_filter_BxT,
-                     sequence_kl_B, soft_overlong_penalty_B, truncated_B, truncated_is_weights)
+                     is_per_token, kl_reward_penalty_BxT, loss_counts, make_kl_controller,
+                     overlong_filter_BxT, sequence_kl_B, soft_overlong_penalty_B, truncated_B,
+                     truncated_is_weights)
 from rlpt.rollout.batch import RolloutBatch
 from rlpt.rollout.pipeline import BusyClock
-from rlpt.runtime import (batch_sharding, host_to_global, is_primary, jit_step, make_reshard,
-                          place_params, place_train_state, replicated, to_device, to_host,
-                          with_rules)
+from rlpt.runtime import (batch_multiple, batch_sharding, host_to_global, is_primary, jit_step,
+                          make_reshard, place_params, place_train_state, replicated, to_device,
+                          to_host, with_rules)
 from rlpt.sampling import SamplingParams
 from rlpt.sharding import state_shardings
 from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
@@ -70,13 +73,15 @@ class UpdateConfig:
   max_new_tokens: int
   scoring_pass: bool         # behaviour log-probs from a policy pass before the update
   seed: int
+  pad_id: int                # the tokenizer's (packing finds each row's real tokens)
 
   @classmethod
-  def from_train(cls, cfg: TrainConfig) -> "UpdateConfig":
+  def from_train(cls, cfg: TrainConfig, pad_id: int) -> "UpdateConfig":
     ro = cfg.rollout
     return cls(cfg.rl, cfg.loss_config(), cfg.value_loss_config(),
                SamplingParams(ro.temperature, ro.top_k, ro.top_p), ro.group_size, ro.batch_size,
-               ro.max_new_tokens, cfg.recomputes_old_logp and not cfg.tis_in_step, cfg.seed)
+               ro.max_new_tokens, cfg.recomputes_old_logp and not cfg.tis_in_step, cfg.seed,
+               pad_id)
 
 
 class Actor:
@@ -116,30 +121,36 @@ class Actor:
     bs2 = batch_sharding(mesh, self.rules, 2)
     rep = replicated(mesh)
     self._bs2, self._rep = bs2, rep
-    self._batch_sh = RLBatch(bs2, bs2, bs2, bs2, bs2)
     self._counts_sh = LossCounts(rep, rep)
     loss_cfg, sampling = update.loss, update.sampling
+    # Packed rows (rlpt.packing) where the loss and the model allow them.
+    self.packs = (update.rl.pack_sequences and is_per_token(loss_cfg)
+                  and self.model_cfg.attention_impl == "dense"
+                  and not (self.model_cfg.attention_window or any(self.model_cfg.layer_windows)))
+    self._row_multiple = batch_multiple(mesh, self.rules)
 
-    # One compiled update and scoring pass per shared-prefix length (bucketed).
+    # One compiled update and scoring pass per shared-prefix length (bucketed)
+    # and layout (packed or not); jit compiles once per shape within each.
     @functools.cache
-    def train_step_for(shared: SharedPrefix | None):
+    def train_step_for(shared: SharedPrefix | None, packed: bool = False):
+      batch_sh = self.batch_shardings(packed)
       if self.lora_cfg is None:
-        return jit_step(rl_train_step, state_sh, (self._batch_sh, self._counts_sh, rep), mesh,
+        return jit_step(rl_train_step, state_sh, (batch_sh, self._counts_sh, rep), mesh,
                         rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
                         loss_cfg=loss_cfg, sampling=sampling, shared=shared)
       lora_step = jit_step(lora_rl_train_step, state_sh,
-                           (self.ref_sh, self._batch_sh, self._counts_sh, rep), mesh,
+                           (self.ref_sh, batch_sh, self._counts_sh, rep), mesh,
                            rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
                            loss_cfg=loss_cfg, sampling=sampling, lora_cfg=self.lora_cfg,
                            shared=shared)
       return lambda state, *rest: lora_step(state, self.ref_params, *rest)
 
     @functools.cache
-    def logprobs_for(shared: SharedPrefix | None):
-      return jax.jit(
-          with_rules(functools.partial(sequence_logprobs, self.graphdef, sampling=sampling,
-                                       shared=shared), mesh, self.rules),
-          in_shardings=(self.ref_sh, bs2), out_shardings=bs2)
+    def logprobs_for(shared: SharedPrefix | None, packed: bool = False):
+      def logprobs(params, tokens, segments):
+        return sequence_logprobs(self.graphdef, params, tokens, sampling, shared, segments)
+      return jax.jit(with_rules(logprobs, mesh, self.rules),
+                     in_shardings=(self.ref_sh, bs2, bs2 if packed else None), out_shardings=bs2)
 
     self._train_step_for, self._logprobs_for = train_step_for, logprobs_for
     rl = update.rl
@@ -191,21 +202,31 @@ class Actor:
       return None
     return find_shared_prefix(tokens_BxL, g, multiple=8)
 
-  def logprobs(self, params: nnx.State, tokens_BxL, shared: SharedPrefix | None = None):
+  def batch_shardings(self, packed: bool = False) -> RLBatch:
+    bs2 = self._bs2
+    return RLBatch(bs2, bs2, bs2, bs2, bs2, bs2 if packed else None)
+
+  def logprobs(self, params: nnx.State, tokens_BxL, shared: SharedPrefix | None = None,
+               segments_BxL=None):
     """Per-token log-probs [B, L-1] of ``tokens`` under ``params`` (training
-    layout), at the rollout's sampling settings; a device array."""
-    return self._logprobs_for(shared)(params, host_to_global(np.asarray(tokens_BxL), self._bs2))
+    layout), at the rollout's sampling settings; a device array. ``segments``:
+    packed rows (rlpt.packing)."""
+    packed = segments_BxL is not None
+    seg = host_to_global(np.asarray(segments_BxL), self._bs2) if packed else None
+    return self._logprobs_for(shared, packed)(
+        params, host_to_global(np.asarray(tokens_BxL), self._bs2), seg)
 
   def train_on(self, batch: RLBatch, counts: LossCounts, kl_coef: float,
                shared: SharedPrefix | None = None, value_batch: ValueBatch | None = None) -> dict:
     """One jitted update of the policy (and the critic, given ``value_batch``)
-    on host arrays; ``counts`` normalise the loss. Returns the update's metrics
-    as device arrays (no host sync)."""
+    on host arrays, packed (``batch.segments``) or not; ``counts`` normalise
+    the loss. Returns the update's metrics as device arrays (no host sync)."""
     g_counts = host_to_global(counts, self._counts_sh)
     g_kl_coef = host_to_global(np.float32(kl_coef), self._rep)
+    packed = batch.segments is not None
     with self.busy.busy():
-      self.state, m = self._train_step_for(shared)(
-          self.state, host_to_global(batch, self._batch_sh), g_counts, g_kl_coef)
+      self.state, m = self._train_step_for(shared, packed)(
+          self.state, host_to_global(batch, self.batch_shardings(packed)), g_counts, g_kl_coef)
       if value_batch is not None:
         self.value_state, vm = self._value_step(
             self.value_state, host_to_global(value_batch, self._value_batch_sh), g_counts)
@@ -214,6 +235,15 @@ class Actor:
 
   # --------------------------------------------------------------------------
   # The update.
+
+  def _packing(self, tokens_BxL, loss_mask_BxT) -> Packing | None:
+    """How the rows pack (None: not packing). The packed row count is rounded up
+    to a sixteenth of the rows (and the batch shards), so a run compiles a
+    handful of shapes."""
+    if not self.packs:
+      return None
+    multiple = math.lcm(self._row_multiple, max(1, len(tokens_BxL) // 16))
+    return Packing.plan(tokens_BxL, loss_mask_BxT, self.cfg.pad_id, multiple)
 
   def _advantages(self, batch: RolloutBatch, ref_logp, values):
     """Advantages and value targets for a graded batch; applies reward shaping."""
@@ -244,26 +274,37 @@ class Actor:
     u = self.cfg
     out: dict[str, float] = {}
     t = time.perf_counter()
-    shared = self.shared_prefix(batch.tokens)
+    packing = self._packing(batch.tokens, batch.loss_mask)
+    shared = None if packing is not None else self.shared_prefix(batch.tokens)
     out["batch/shared_prefix"] = float(shared.length if shared else 0)
-    tokens = host_to_global(batch.tokens, self._bs2)
-    logprobs = self._logprobs_for(shared)
+    if packing is None:
+      tokens, segments = host_to_global(batch.tokens, self._bs2), None
+      unpack = np.asarray
+    else:
+      out["batch/packed_rows"] = float(packing.num_rows)
+      out["batch/packing_fill"] = packing.fill
+      tokens = host_to_global(packing.tokens(batch.tokens, u.pad_id), self._bs2)
+      segments = host_to_global(packing.segments(), self._bs2)
+      unpack = packing.unpack
+    logprobs = self._logprobs_for(shared, packing is not None)
     if u.scoring_pass:
       # Behaviour log-probs from the policy itself; the sampler's (int8)
       # log-probs only enter through the truncated importance weights.
       sampler_logp = batch.old_logp
       with self.busy.busy():
-        batch = batch.replace(old_logp=to_host(logprobs(self.policy_params(), tokens)))
+        batch = batch.replace(old_logp=unpack(to_host(
+            logprobs(self.policy_params(), tokens, segments))))
       is_weight, is_metrics = to_host(truncated_is_weights(
           batch.old_logp, sampler_logp, batch.loss_mask, u.rl.tis_cap))
       out.update({f"rollout/{k}": float(v) for k, v in is_metrics.items()})
     ref = self.reference_params()
     with self.busy.busy():
-      ref_logp = to_host(logprobs(ref, tokens))
+      ref_logp = unpack(to_host(logprobs(ref, tokens, segments)))
       del ref
       values = None
       if self.value_state is not None:
-        values = to_host(self._values(self.value_state.params, tokens))
+        values = to_host(self._values(self.value_state.params,
+                                      host_to_global(batch.tokens, self._bs2)))
     out["time/reference"] = time.perf_counter() - t
 
     mask, adv, seq_kl, truncated = self._advantages(
@@ -299,8 +340,13 @@ class Actor:
         perm = order_rng.permutation(u.batch_size)
       for k in range(mb):
         idx = perm[k * size:(k + 1) * size]
+        mini = RLBatch(*(x[idx] for x in rl_batch[:5]))
+        if packing is not None:
+          sub = packing if mb == 1 else self._packing(mini.tokens, mini.loss_mask)
+          mini = RLBatch(sub.tokens(mini.tokens, u.pad_id), *(sub.pack(x) for x in mini[1:5]),
+                         sub.segments())
         step_metrics.append(self.train_on(
-            RLBatch(*(x[idx] for x in rl_batch)), counts, kl_coef, shared,
+            mini, counts, kl_coef, shared,
             None if vbatch is None else ValueBatch(*(x[idx] for x in vbatch))))
     with self.busy.busy():
       step_metrics = to_host(step_metrics)  # the metrics leave the device once per step

@@ -37,6 +37,8 @@ class RLBatch(NamedTuple):
   old_logp: [B, L-1] behaviour-policy log-probs of those tokens.
   ref_logp: [B, L-1] reference-model log-probs of those tokens.
   advantages: [B, L-1] per-token advantages (0 off the mask).
+  segments: [B, L] int32 or None. None: one sequence per row. Else the rows
+    are packed (rlpt.packing): the k-th sequence of a row is segment k, padding 0.
   """
 
   tokens: jax.Array
@@ -44,6 +46,7 @@ class RLBatch(NamedTuple):
   old_logp: jax.Array
   ref_logp: jax.Array
   advantages: jax.Array
+  segments: jax.Array | None = None
 
 
 class ValueBatch(NamedTuple):
@@ -89,8 +92,14 @@ class SharedPrefix(NamedTuple):
 
 
 def forward_logits(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array,
-                   shared: SharedPrefix | None = None) -> jax.Array:
+                   shared: SharedPrefix | None = None,
+                   segments_BxL: jax.Array | None = None) -> jax.Array:
   """Logits [B, L, V] of a full causal pass with positions 0..L-1.
+
+  With ``segments`` (packed rows, rlpt.packing) each token attends to the
+  earlier tokens of its own segment only and positions restart at 0 in each
+  segment, so every sequence gets the logits it has alone (dense attention
+  only: the other kernels mask by position, not by segment).
 
   With ``shared``, the shared prefix of each group runs once (its keys and
   values are then read by all the group's rows), which computes the same
@@ -101,12 +110,37 @@ def forward_logits(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Ar
   """
   model = nnx.merge(graphdef, params)
   b, l = tokens_BxL.shape
+  if segments_BxL is not None:
+    check_packable(model.cfg)
+    positions, mask = segment_positions_and_mask(segments_BxL)
+    logits, _ = model(tokens_BxL, positions, mask)
+    return logits
   if shared is not None and 0 < shared.length < l and shared.group > 1 and (
       model.cfg.attention_impl == "dense"):
     return _forward_shared_prefix(model, tokens_BxL, shared)
   positions = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
   logits, _ = model(tokens_BxL, positions, causal_mask(positions, positions))
   return logits
+
+
+def check_packable(cfg) -> None:
+  """Packed rows need attention that reads the [T, S] mask: dense, no window."""
+  if cfg.attention_impl != "dense" or cfg.attention_window or any(cfg.layer_windows):
+    raise ValueError(f"packed sequences need dense attention without a window; this model has "
+                     f"attention_impl '{cfg.attention_impl}', attention_window "
+                     f"{cfg.attention_window}, layer_windows {tuple(cfg.layer_windows)} "
+                     "(set rl.pack_sequences=False).")
+
+
+def segment_positions_and_mask(segments_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Positions restarting at 0 in each segment, and the causal mask within segments."""
+  b, l = segments_BxL.shape
+  idx = jnp.arange(l, dtype=jnp.int32)
+  starts = jnp.concatenate([jnp.ones((b, 1), bool), segments_BxL[:, 1:] != segments_BxL[:, :-1]],
+                           axis=1)
+  first = jax.lax.cummax(jnp.where(starts, idx, 0), axis=1)
+  same = segments_BxL[:, :, None] == segments_BxL[:, None, :]
+  return idx - first, same & (idx[None, None, :] <= idx[None, :, None])
 
 
 def _forward_shared_prefix(model, tokens_BxL: jax.Array, shared: SharedPrefix) -> jax.Array:
@@ -157,9 +191,11 @@ def check_shared_prefix(tokens_BxL, shared: SharedPrefix) -> None:
 
 
 def sequence_logprobs(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array,
-                      sampling: SamplingParams, shared: SharedPrefix | None = None) -> jax.Array:
+                      sampling: SamplingParams, shared: SharedPrefix | None = None,
+                      segments_BxL: jax.Array | None = None) -> jax.Array:
   """Log-prob [B, L-1] of token t+1 given tokens <= t, under ``sampling``'s processing."""
-  logits = forward_logits(graphdef, params, tokens_BxL[:, :-1], shared)
+  logits = forward_logits(graphdef, params, tokens_BxL[:, :-1], shared,
+                          None if segments_BxL is None else segments_BxL[:, :-1])
   return token_logprobs(logits, tokens_BxL[:, 1:], sampling)
 
 
@@ -188,7 +224,8 @@ def policy_loss(params: nnx.State, batch: RLBatch, counts: LossCounts, kl_coef: 
                 graphdef: nnx.GraphDef, loss_cfg: LossConfig, sampling: SamplingParams,
                 shared: SharedPrefix | None = None) -> tuple[jax.Array, dict]:
   """The policy objective of ``batch`` under ``params``: (loss, metrics)."""
-  logits = forward_logits(graphdef, params, batch.tokens[:, :-1], shared)
+  segments = None if batch.segments is None else batch.segments[:, :-1]
+  logits = forward_logits(graphdef, params, batch.tokens[:, :-1], shared, segments)
   logp = token_logprobs(logits, batch.tokens[:, 1:], sampling)
   entropy = entropy_from_logits(logits, sampling) if loss_cfg.entropy_coef > 0 else None
   return policy_objective(logp, batch.old_logp, batch.ref_logp, batch.advantages,

@@ -71,8 +71,8 @@ class Trainer:
                        f"{self.tokenizer.vocab_size}.")
     self.busy = BusyClock()
     self.actor = Actor(Base(model_cfg, graphdef, params), self.mesh, cfg.sharding,
-                       UpdateConfig.from_train(cfg), optim=cfg.optim, lora=cfg.lora,
-                       value_optim=cfg.value.optim if cfg.uses_value_model else None,
+                       UpdateConfig.from_train(cfg, self.tokenizer.pad_id), optim=cfg.optim,
+                       lora=cfg.lora, value_optim=cfg.value.optim if cfg.uses_value_model else None,
                        steps=cfg.steps, sample_copy=ro.max_staleness > 0, busy=self.busy)
     sampling = SamplingParams(ro.temperature, ro.top_k, ro.top_p)
     greedy = SamplingParams(cfg.eval.temperature, ro.top_k, ro.top_p)

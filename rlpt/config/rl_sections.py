@@ -289,6 +289,12 @@ class RLConfig:
   # gradients; rlpt.steps.SharedPrefix). With minibatches > 1, minibatches
   # are then drawn as whole groups.
   shared_prefix: bool = True
+  # The reference, scoring and update passes run on packed rows (rlpt.packing:
+  # each sequence's real tokens end to end, attention within a sequence; the
+  # same log-probs and gradients without the padding) when the loss is per
+  # token (aggregation and policy loss registered without per_sequence) and
+  # the model's attention is dense without windows; else one sequence per row.
+  pack_sequences: bool = True
 
   def __post_init__(self):
     _require(self.tis_cap >= 1.0, f"rl.tis_cap must be >= 1, got {self.tis_cap}.")

@@ -129,7 +129,7 @@ def asym_clip(logp_BxT, old_logp_BxT, adv_BxT, cfg: LossConfig, mask_BxT=None):
   return loss, {"ratio": ratio, "clip_frac": clip_frac}
 
 
-@POLICY_LOSSES.register("gspo")
+@POLICY_LOSSES.register("gspo", per_sequence=True)
 def gspo(logp_BxT, old_logp_BxT, adv_BxT, cfg: LossConfig, mask_BxT=None):
   """GSPO (Zheng et al. 2025): one importance ratio per sequence, clipped per sequence.
 
@@ -214,7 +214,7 @@ def token_mean(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):
   return jnp.sum(x_BxT * mask_BxT) / jnp.maximum(denom, 1.0)
 
 
-@AGGREGATIONS.register("seq-mean-token-mean")
+@AGGREGATIONS.register("seq-mean-token-mean", per_sequence=True)
 def seq_mean_token_mean(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):
   """Mean over sequences of each sequence's token mean (the original GRPO).
 
@@ -242,6 +242,15 @@ def seq_mean_token_sum_norm(x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max
   del num_tokens
   length = x_BxT.shape[1] if max_len is None else max_len
   return jnp.sum(x_BxT * mask_BxT) / (_seqs(mask_BxT, num_seqs) * float(length))
+
+
+def is_per_token(cfg: LossConfig) -> bool:
+  """Whether the objective is a sum of per-token terms (given the whole batch's
+  counts): neither its policy loss nor its aggregation pools a sequence's
+  tokens (registered ``per_sequence``), so a row may hold several sequences
+  (rlpt.packing)."""
+  return not (POLICY_LOSSES.fact(cfg.policy_loss, "per_sequence", False)
+              or AGGREGATIONS.fact(cfg.aggregation, "per_sequence", False))
 
 
 def aggregate(name: str, x_BxT, mask_BxT, num_tokens=None, num_seqs=None, max_len=None):

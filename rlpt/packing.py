@@ -1,0 +1,122 @@
+"""Sequence packing: the sequences of a right-padded [B, L] batch laid end to
+end in fewer rows of the same width, so that the reference pass and the
+update run on tokens, not on padding.
+
+    packing = Packing.plan(tokens_BxL, loss_mask_BxT, pad_id, row_multiple=8)
+    tokens_RxL, segments_RxL = packing.tokens(tokens_BxL, pad_id), packing.segments()
+    ref_RxT = logprobs(params, tokens_RxL, segments_RxL)     # any per-target field
+    ref_BxT = packing.unpack(ref_RxT)                         # back to the batch layout
+    adv_RxT = packing.pack(adv_BxT)
+
+``segments`` numbers each row's sequences 1, 2, ... (0 is padding); a model
+pass attends within a segment only, with positions restarting at 0 in each
+(rlpt.steps.forward_logits), so every sequence's logits are those it has
+alone. Per-target fields ([.., L-1]: entry i scores token i+1) move with
+their sequence; the target slot after a sequence's last token (the next
+sequence's first token) holds 0, so it never carries loss.
+
+Rows are filled first-fit, longest sequence first (deterministic: ties by
+index), and their count is rounded up to ``row_multiple`` (batch shards and
+a handful of compiled shapes); extra rows are all padding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+  """Where each sequence of a [B, L] batch sits in the packed [R, L] rows."""
+
+  row_B: np.ndarray      # packed row of sequence b
+  offset_B: np.ndarray   # its first token's column
+  length_B: np.ndarray   # its tokens (BOS .. last real token)
+  num_rows: int          # R, padding rows included
+  width: int             # L
+
+  @staticmethod
+  def lengths(tokens_BxL: np.ndarray, loss_mask_BxT: np.ndarray, pad_id: int) -> np.ndarray:
+    """Each row's real length: through its last non-pad token or last trained target."""
+    t = np.asarray(tokens_BxL)
+    b, l = t.shape
+    cols = np.arange(l)
+    last_tok = np.where(t != pad_id, cols, -1).max(axis=1) + 1
+    last_tgt = np.where(np.asarray(loss_mask_BxT) > 0, cols[:-1], -1).max(axis=1) + 2
+    return np.maximum(np.maximum(last_tok, last_tgt), 1).astype(np.int64)
+
+  @classmethod
+  def plan(cls, tokens_BxL, loss_mask_BxT, pad_id: int, row_multiple: int = 1) -> "Packing":
+    t = np.asarray(tokens_BxL)
+    b, width = t.shape
+    length = cls.lengths(t, loss_mask_BxT, pad_id)
+    order = np.lexsort((np.arange(b), -length))  # longest first, ties by index
+    free: list[int] = []                         # room left in each open row
+    row = np.zeros(b, np.int64)
+    offset = np.zeros(b, np.int64)
+    for i in order:
+      n = int(length[i])
+      for r, room in enumerate(free):
+        if room >= n:
+          break
+      else:
+        r = len(free)
+        free.append(width)
+      row[i], offset[i] = r, width - free[r]
+      free[r] -= n
+    m = max(int(row_multiple), 1)
+    num_rows = -(-max(len(free), 1) // m) * m
+    return cls(row, offset, length, num_rows, width)
+
+  @property
+  def fill(self) -> float:
+    """Share of the packed rows' tokens that are real (not padding)."""
+    return float(self.length_B.sum()) / (self.num_rows * self.width)
+
+  def _index(self, span: np.ndarray):
+    """(batch row, batch column, packed row, packed column) of every position
+    j < span[b] of every sequence b."""
+    b_idx = np.repeat(np.arange(len(span)), span)
+    starts = np.cumsum(span) - span
+    col = np.arange(int(span.sum())) - np.repeat(starts, span)
+    return b_idx, col, self.row_B[b_idx], self.offset_B[b_idx] + col
+
+  def tokens(self, tokens_BxL, pad_id: int) -> np.ndarray:
+    t = np.asarray(tokens_BxL)
+    out = np.full((self.num_rows, self.width), pad_id, t.dtype)
+    b, c, r, pc = self._index(self.length_B)
+    out[r, pc] = t[b, c]
+    return out
+
+  def segments(self) -> np.ndarray:
+    """[R, L] int32: the k-th sequence of a row is k (by column), padding 0."""
+    out = np.zeros((self.num_rows, self.width), np.int32)
+    # Rank of each sequence within its row, by offset.
+    key = self.row_B * (self.width + 1) + self.offset_B
+    rank = np.zeros(len(key), np.int32)
+    order = np.argsort(key, kind="stable")
+    sorted_rows = self.row_B[order]
+    first = np.r_[0, np.flatnonzero(np.diff(sorted_rows)) + 1]
+    starts = np.repeat(first, np.diff(np.r_[first, len(order)]))
+    rank[order] = np.arange(len(order)) - starts + 1
+    b, _, r, pc = self._index(self.length_B)
+    out[r, pc] = rank[b]
+    return out
+
+  def pack(self, x_BxT) -> np.ndarray:
+    """A per-target field [B, L-1] in the packed layout [R, L-1] (0 between sequences)."""
+    x = np.asarray(x_BxT)
+    out = np.zeros((self.num_rows, self.width - 1) + x.shape[2:], x.dtype)
+    b, c, r, pc = self._index(self.length_B - 1)
+    out[r, pc] = x[b, c]
+    return out
+
+  def unpack(self, x_RxT) -> np.ndarray:
+    """The inverse of ``pack`` for a per-target field (0 past each sequence)."""
+    x = np.asarray(x_RxT)
+    out = np.zeros((len(self.row_B), self.width - 1) + x.shape[2:], x.dtype)
+    b, c, r, pc = self._index(self.length_B - 1)
+    out[b, c] = x[r, pc]
+    return out

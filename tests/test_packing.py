@@ -1,0 +1,115 @@
+"""Sequence packing (rlpt.packing): the layout round-trips, and packed rows give
+every sequence the log-probs and gradients it has alone in its own row."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from rlpt.models import ModelConfig, Transformer
+from rlpt.packing import Packing
+from rlpt.rl import LossConfig, LossCounts, is_per_token, loss_counts
+from rlpt.sampling import SamplingParams
+from rlpt.steps import (RLBatch, check_packable, init_train_state, rl_train_step,
+                        sequence_logprobs)
+
+PAD = 0
+CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                  head_dim=8, mlp_dim=64)
+
+
+def _batch(rng, b=12, l=20):
+  """Right-padded rows of random real lengths, a loss mask on each row's tail."""
+  tokens = np.zeros((b, l), np.int32)
+  mask = np.zeros((b, l - 1), np.float32)
+  for i, n in enumerate(rng.integers(3, l + 1, b)):
+    tokens[i, :n] = rng.integers(1, CFG.vocab_size, n)
+    p = rng.integers(1, n)  # prompt length: targets p..n-1 are trained
+    mask[i, p - 1:n - 1] = 1.0
+  return tokens, mask
+
+
+def test_layout_round_trips_and_fills_rows():
+  rng = np.random.default_rng(0)
+  tokens, mask = _batch(rng, b=40, l=24)
+  p = Packing.plan(tokens, mask, PAD, row_multiple=4)
+  assert p.num_rows % 4 == 0 and p.num_rows < len(tokens)
+  packed = p.tokens(tokens, PAD)
+  seg = p.segments()
+  lengths = Packing.lengths(tokens, mask, PAD)
+  for b in range(len(tokens)):
+    r, o, n = p.row_B[b], p.offset_B[b], lengths[b]
+    np.testing.assert_array_equal(packed[r, o:o + n], tokens[b, :n])
+    assert len(set(seg[r, o:o + n].tolist())) == 1 and seg[r, o] > 0
+  # No two sequences overlap and no row overflows.
+  assert (seg > 0).sum() == lengths.sum() and (p.offset_B + lengths <= p.width).all()
+  np.testing.assert_array_equal(p.unpack(p.pack(mask)), mask)
+  vals = rng.normal(size=mask.shape).astype(np.float32) * mask
+  np.testing.assert_array_equal(p.unpack(p.pack(vals)), vals)
+  assert abs(p.fill - lengths.sum() / (p.num_rows * p.width)) < 1e-12
+  # Deterministic: the same batch packs the same way.
+  q = Packing.plan(tokens, mask, PAD, row_multiple=4)
+  np.testing.assert_array_equal(q.row_B, p.row_B)
+  np.testing.assert_array_equal(q.offset_B, p.offset_B)
+
+
+def test_a_full_row_and_a_pad_token_inside_a_completion():
+  """A sequence filling its row keeps every target; a sampled pad token inside a
+  completion (trained: its mask is 1) still counts as the sequence's."""
+  tokens = np.array([[5, 6, 7, 8], [5, 6, PAD, 0]], np.int32)
+  mask = np.array([[0, 1, 1], [0, 1, 0]], np.float32)
+  p = Packing.plan(tokens, mask, PAD)
+  np.testing.assert_array_equal(Packing.lengths(tokens, mask, PAD), [4, 3])
+  np.testing.assert_array_equal(p.unpack(p.pack(mask)), mask)
+
+
+@pytest.mark.parametrize("loss_cfg", [
+    LossConfig(policy_loss="ppo_clip", kl_beta=0.04, kl_estimator="k3", aggregation="token-mean"),
+    LossConfig(policy_loss="dual_clip", kl_beta=0.0, aggregation="seq-mean-token-sum-norm",
+               norm_len=16, entropy_coef=0.01),
+], ids=["ppo_token_mean", "dual_clip_dr_grpo"])
+def test_packed_logprobs_and_update_equal_one_sequence_per_row(loss_cfg):
+  """Log-probs 1e-5; updated parameters 1e-6 and the metrics 1e-5 (one AdamW
+  step of lr 1e-3 moves the weights by about 1e-3)."""
+  assert is_per_token(loss_cfg)
+  rng = np.random.default_rng(1)
+  tokens, mask = _batch(rng)
+  graphdef, params = nnx.split(Transformer(CFG, nnx.Rngs(0)))
+  sampling = SamplingParams(1.0)
+  check_packable(CFG)
+  plain = np.asarray(sequence_logprobs(graphdef, params, jnp.asarray(tokens), sampling))
+  p = Packing.plan(tokens, mask, PAD, row_multiple=2)
+  assert p.num_rows < len(tokens)
+  got = sequence_logprobs(graphdef, params, jnp.asarray(p.tokens(tokens, PAD)), sampling,
+                          segments_BxL=jnp.asarray(p.segments()))
+  m = mask > 0
+  np.testing.assert_allclose(p.unpack(np.asarray(got))[m], plain[m], atol=1e-5, rtol=0)
+
+  old = plain + rng.normal(scale=0.05, size=plain.shape).astype(np.float32)
+  ref = plain - 0.02
+  adv = (rng.normal(size=(len(tokens), 1)) * mask).astype(np.float32)
+  counts = LossCounts(*loss_counts(jnp.asarray(mask)))
+  optimizer = optax.adamw(1e-3)
+  results = []
+  for batch in (RLBatch(tokens, mask, old * mask, ref * mask, adv),
+                RLBatch(p.tokens(tokens, PAD), *(p.pack(x) for x in (mask, old * mask, ref * mask,
+                                                                      adv)), p.segments())):
+    state = init_train_state(jax.tree.map(jnp.copy, params), optimizer)
+    state, metrics = rl_train_step(state, jax.tree.map(jnp.asarray, batch), counts,
+                                   jnp.float32(0.04), graphdef=graphdef, optimizer=optimizer,
+                                   loss_cfg=loss_cfg, sampling=sampling)
+    results.append((state.params, metrics))
+  (pa, ma), (pb, mb) = results
+  for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x), atol=1e-6, rtol=0)
+  for k in ma:
+    np.testing.assert_allclose(float(mb[k]), float(ma[k]), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_losses_that_pool_a_sequence_are_not_packed():
+  assert not is_per_token(LossConfig(policy_loss="gspo"))
+  assert not is_per_token(LossConfig(aggregation="seq-mean-token-mean"))
+  with pytest.raises(ValueError, match="attention_impl 'blockwise'"):
+    check_packable(ModelConfig(attention_impl="blockwise"))
