@@ -10,8 +10,8 @@ Runs `launch.train --config=CONFIG --config.seed=S` for
 each seed into ROOT/seed<S> (the cached base is shared: its pre-training has
 its own seed), then prints, per domain, held-out success of the base and after
 the last step (sampled pass@1 and greedy) as the mean over seeds with
-[min-max], and the median step time of each run. The seed also draws the
-held-out tasks, so the spread includes which 64 tasks per domain were drawn.
+[min-max], and the median step time of each run. Every seed is evaluated on
+the same held-out tasks (``eval.seed``), so the spread is the training's.
 
 --one_core_replica runs seed 0 a second time restricted to one core (taskset)
 and checks that every metric that is not a timing equals the two-core run's

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import logging
 import math
 import os
 import time
@@ -35,6 +36,7 @@ from rlpt.checkpoint import save_model
 from rlpt.config import LoraSection, OptimConfig, RLConfig, ShardingConfig, TrainConfig
 from rlpt.keys import run_key
 from rlpt.models import ModelConfig, ValueModel
+from rlpt.models.hf import save_hf_checkpoint
 from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
 from rlpt.packing import Packing
 from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advantages,
@@ -51,6 +53,8 @@ from rlpt.sharding import state_shardings
 from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
                         make_optimizer, rl_train_step, sequence_logprobs, sequence_values,
                         value_train_step)
+
+log = logging.getLogger(__name__)
 
 
 class Base(NamedTuple):
@@ -381,11 +385,21 @@ class Actor:
   def state_dict(self) -> dict:
     return {"kl_controller": self.kl_ctl.state_dict()}
 
-  def export(self, directory: str, info: dict) -> None:
+  def export(self, directory: str, info: dict, tokenizer=None, tokenizer_from: str = "") -> None:
     """The policy as a plain parameter checkpoint (rlpt.checkpoint.save_model)
-    with ``info`` in its metadata; with LoRA also the adapters alone, PEFT
-    layout, under ``directory/adapters``. Every process calls it (it gathers)."""
-    save_model(directory, to_host(self.policy_params()), self.model_cfg, info)
+    with ``info`` in its metadata, and as a Hugging Face checkpoint under
+    ``directory/hf`` with its tokenizer (the byte tokenizer's files, or those
+    of the Hugging Face base in ``tokenizer_from``), for transformers, TRL and
+    vLLM; with LoRA also the adapters alone, PEFT layout, under
+    ``directory/adapters``. Every process calls it (it gathers)."""
+    params = to_host(self.policy_params())
+    save_model(directory, params, self.model_cfg, info)
+    if is_primary():
+      try:
+        save_hf_checkpoint(os.path.join(directory, "hf"), params, self.model_cfg,
+                           tokenizer=tokenizer, tokenizer_from=tokenizer_from or None)
+      except ValueError as e:  # a model option no Hugging Face family has
+        log.warning("No Hugging Face export of this policy: %s", e)
     if self.lora_cfg is not None:
       adapters = to_host(self.state.params)
       if is_primary():

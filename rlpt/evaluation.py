@@ -31,15 +31,16 @@ Play = Callable[[list, SamplingParams, object], object]
 
 class Evaluator:
   """Held-out success of the policy on a fixed set of tasks (the same at every
-  evaluation of a run: ``eval.tasks_per_domain`` per domain, drawn by the run's
-  seed, from each domain's eval split)."""
+  evaluation of a run: ``eval.tasks_per_domain`` per domain from each domain's
+  eval split, drawn by ``eval.seed``, so runs of every training seed are
+  measured on the same tasks)."""
 
   def __init__(self, cfg: EvalConfig, domains: Sequence[str], seed: int, *, batch_size: int,
                greedy: SamplingParams, sampled: SamplingParams, tokenizer):
     self.cfg, self.domains, self.seed = cfg, tuple(domains), seed
     self.batch_size, self.greedy, self.sampled = batch_size, greedy, sampled
     self.tokenizer = tokenizer
-    self.tasks = eval_tasks(self.domains, cfg.tasks_per_domain, seed=seed + 1)
+    self.tasks = eval_tasks(self.domains, cfg.tasks_per_domain, seed=cfg.seed)
 
   def due(self, step: int, last_step: int) -> bool:
     """Every ``eval.every`` steps and after the last."""

@@ -84,8 +84,7 @@ class Trainer:
     self.rollout.set_weights(self.actor.sampling_weights())
     self.evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed, batch_size=ro.batch_size,
                                greedy=greedy, sampled=sampling, tokenizer=self.tokenizer)
-    self.step = 0
-    self._window_start: float | None = None
+    self.step, self._window_start = 0, None  # the window of the idle-fraction measure
     self.log = RunLog(workdir, cfg.domains.ids, is_primary())
     # The reference is saved as a pointer (path + fingerprint), not weights.
     self.base_fingerprint = model_fingerprint(self.base_path)
@@ -230,9 +229,10 @@ class Trainer:
     return self.step
 
   def export(self, directory: str) -> None:
-    """The current policy as a plain parameter checkpoint (`Actor.export`)."""
-    self.actor.export(directory, {"step": self.step, "base": os.path.abspath(self.base_path),
-                                  "train_config": json.loads(to_json(self.cfg))})
+    """The current policy, rlpt's and Hugging Face's format (`Actor.export`)."""
+    info = {"step": self.step, "base": os.path.abspath(self.base_path),
+            "train_config": json.loads(to_json(self.cfg))}
+    self.actor.export(directory, info, self.tokenizer, self.cfg.base.hf_checkpoint)
 
   def close(self):
     self.rollout.close()

@@ -378,6 +378,9 @@ class EvalConfig:
   tasks_per_domain: int = 64
   temperature: float = 0.0
   sampled: bool = True
+  # Draws the held-out tasks: fixed, so runs of every training seed are
+  # measured on the same tasks (1: the set seed 0 has always drawn).
+  seed: int = 1
 
   def __post_init__(self):
     _require(self.every > 0, f"eval.every must be > 0, got {self.every}.")

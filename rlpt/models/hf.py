@@ -73,6 +73,7 @@ __all__ = [
     "hf_state_dict",
     "write_safetensors",
     "save_hf_checkpoint",
+    "untie_scaled_head",
 ]
 
 # Files of a checkpoint directory that describe its tokenizer and generation.
@@ -326,17 +327,37 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray],
       f.write(np.ascontiguousarray(tensors[name]).tobytes())
 
 
+def untie_scaled_head(params, cfg: ModelConfig):
+  """A tied head scaled by d_model**-0.5 (rlpt's default, ``scale_tied_head``)
+  as the equal untied one, which every Hugging Face family has: lm_head =
+  embed^T * d_model**-0.5 (the same logits up to fp32 rounding). Other models
+  are returned as they are."""
+  if not (cfg.tie_embeddings and cfg.scale_tied_head):
+    return params, cfg
+  embed = params["decoder"]["embed"]
+  embed = np.asarray(jax.device_get(embed.get_value() if isinstance(embed, nnx.Variable)
+                                    else embed), np.float32)
+  head = np.ascontiguousarray(embed.T * np.float32(cfg.d_model ** -0.5))
+  return ({**params, "lm_head": head},
+          dataclasses.replace(cfg, tie_embeddings=False, scale_tied_head=False))
+
+
 def save_hf_checkpoint(directory: str, params: nnx.State, cfg: ModelConfig,
                        family: str | None = None, dtype: str = "float32",
-                       tokenizer_from: str | None = None, extra_config: dict | None = None
-                       ) -> str:
+                       tokenizer_from: str | None = None, extra_config: dict | None = None,
+                       tokenizer: Any = None) -> str:
   """Writes ``config.json`` + ``model.safetensors`` (+ tokenizer files copied from
   ``tokenizer_from``, e.g. the imported base) for transformers. Returns the path.
 
-  ``dtype``: "float32" or "bfloat16" weights.
+  ``tokenizer``: one with ``save_pretrained`` (rlpt's ByteTokenizer) writes its
+  Hugging Face files instead, and its special ids go into config.json.
+  ``dtype``: "float32" or "bfloat16" weights. rlpt's scaled tied head is
+  written untied (`untie_scaled_head`), so the export reads back as an
+  untied model with the same logits.
   """
   if dtype not in ("float32", "bfloat16"):
     raise ValueError(f"export dtype must be 'float32' or 'bfloat16', got '{dtype}'.")
+  params, cfg = untie_scaled_head(params, cfg)
   family = family or family_of(cfg)
   hf_cfg = config_to_hf(cfg, family, dtype, extra_config)
   if tokenizer_from:
@@ -345,6 +366,10 @@ def save_hf_checkpoint(directory: str, params: nnx.State, cfg: ModelConfig,
     for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
       if k in src and k not in hf_cfg:
         hf_cfg[k] = src[k]
+  if tokenizer is not None and not tokenizer_from and hasattr(tokenizer, "save_pretrained"):
+    hf_cfg.update({"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id,
+                   "pad_token_id": tokenizer.pad_id})
+    tokenizer.save_pretrained(directory)
   os.makedirs(directory, exist_ok=True)
   np_dtype = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
   write_safetensors(os.path.join(directory, "model.safetensors"),

@@ -163,8 +163,8 @@ def config_to_hf(cfg: ModelConfig, family: str | None = None, dtype: str = "floa
   family = family or family_of(cfg)
   if cfg.tie_embeddings and cfg.scale_tied_head:
     raise ValueError("a tied head scaled by d_model**-0.5 (model.scale_tied_head=True) has no "
-                     "Hugging Face equivalent; export a model with scale_tied_head=False or "
-                     "untied embeddings.")
+                     "tied Hugging Face equivalent; write it untied (rlpt.models.hf."
+                     "untie_scaled_head; save_hf_checkpoint does).")
   if cfg.attention_window or cfg.attention_sinks:
     raise ValueError("model.attention_window / attention_sinks have no Hugging Face "
                      "equivalent in these families; use layer_windows.")

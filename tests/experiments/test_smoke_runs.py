@@ -62,3 +62,8 @@ def test_smoke_run(name, tmp_path, base_cache, monkeypatch):
   assert os.path.getsize(tmp_path / "eval_success.png") > 1000
   assert "| mean |" in result["table"]
   assert os.listdir(tmp_path / "tensorboard")
+  if cfg.checkpoint.export:
+    # The final policy, also as a Hugging Face checkpoint with its tokenizer.
+    hf = tmp_path / "export" / "hf"
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+      assert os.path.getsize(hf / name) > 0, (name, os.listdir(tmp_path / "export"))

@@ -82,3 +82,14 @@ def test_answers_are_decoded_with_their_verdicts():
       (t.domain, "q?", f"a{t.seed % 10}", "PASS" if t.seed % 2 == 0 else "FAIL") for t in tasks]
   with pytest.raises(ValueError, match="unknown key purpose"):
     run_key(3, "answer", 0)
+
+
+def test_the_held_out_set_is_the_same_for_every_training_seed():
+  """eval.seed draws the tasks (fixed by default), the run's seed only the keys."""
+  def tasks(run_seed, eval_seed=1):
+    ev = Evaluator(EvalConfig(tasks_per_domain=6, seed=eval_seed), DOMAINS, seed=run_seed,
+                   batch_size=4, greedy=GREEDY, sampled=SAMPLED, tokenizer=ByteTokenizer())
+    return [(t.domain, t.seed, t.split) for t in ev.tasks]
+  assert tasks(0) == tasks(1) == tasks(7)
+  assert tasks(0) != tasks(0, eval_seed=2)
+  assert {split for _, _, split in tasks(0)} == {"eval"}
