@@ -155,7 +155,8 @@ def _read_text(path: str, what: str) -> str:
 def _read_tree(root: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for dirpath, dirnames, names in os.walk(root):
-        dirnames.sort()
+        # Python's bytecode caches (left by running a task's tests in place) are not task files.
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(names):
             full = os.path.join(dirpath, name)
             if os.path.islink(full) or not os.path.isfile(full):
