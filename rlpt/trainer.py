@@ -103,11 +103,11 @@ class Trainer:
     step = self.step + 1
     batch, rollout_metrics = self.rollout.next_batch(step)
     metrics = self.actor.update(batch, step)
+    self.log.log_tasks(step, batch.records, self.cfg.rollout.group_size)
     t = time.perf_counter()
     metrics |= self.rollout.publish(step, self.actor.sampling_weights())
-    metrics["time/publish"] = time.perf_counter() - t
-    self.step = step
-    end = time.perf_counter()
+    self.step, end = step, time.perf_counter()
+    metrics["time/publish"] = end - t
     metrics |= rollout_metrics
     metrics["time/step"] = end - start
     metrics["accelerator/idle_fraction"] = self.busy.idle_fraction(window_start, end)

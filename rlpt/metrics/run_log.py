@@ -6,18 +6,31 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from rlpt.metrics.report import plot_eval_curves, success_table
-from rlpt.metrics.writer import MetricsWriter
+from rlpt.metrics.writer import JsonlLog, MetricsWriter
 
 
 class RunLog:
-  """``metrics.jsonl`` and TensorBoard in ``workdir`` (``primary`` process
-  only) and the history of every row, which every process keeps (it is
-  checkpointed with the run)."""
+  """``metrics.jsonl``, ``tasks.jsonl`` and TensorBoard in ``workdir``
+  (``primary`` process only) and the history of every row, which every
+  process keeps (it is checkpointed with the run).
+
+  ``tasks.jsonl``: per step, the tasks the update trained on, one per prompt
+  group in batch order: ``{"step": s, "tasks": [[domain, seed, split], ...]}``
+  (``gymnasium.make(domain).reset(seed=seed, options={"split": split})``
+  replays each), so another framework can train on exactly the same draws.
+  """
 
   def __init__(self, workdir: str, domains: Sequence[str], primary: bool):
     self.workdir, self.domains, self.primary = workdir, tuple(domains), primary
     self.writer = MetricsWriter(workdir) if primary else None
+    self.tasks = JsonlLog(os.path.join(workdir, "tasks.jsonl")) if primary else None
     self.history: dict[str, list[dict]] = {"train": [], "eval": []}
+
+  def log_tasks(self, step: int, records: Sequence[Mapping], group_size: int) -> None:
+    """The trained batch's tasks (its rows' records, ``group_size`` rows per task)."""
+    if self.tasks is not None:
+      self.tasks.append({"step": int(step), "tasks": [
+          [r["domain"], int(r["seed"]), r["split"]] for r in records[::group_size]]})
 
   def log(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
     """One row: ``kind`` "train" or "eval" (kept in the history) or another
@@ -28,9 +41,10 @@ class RunLog:
       self.history[kind].append({"step": step, **metrics})
 
   def rewind(self, last_step: int) -> None:
-    """Cuts ``metrics.jsonl`` back to ``last_step`` (-1: empty), for a resume or a fresh start."""
+    """Cuts the files back to ``last_step`` (-1: empty), for a resume or a fresh start."""
     if self.writer is not None:
       self.writer.rewind(last_step)
+      self.tasks.rewind(last_step)
 
   def load_history(self, history: Mapping[str, Iterable[dict]]) -> None:
     self.history = {k: list(v) for k, v in history.items()}
@@ -57,3 +71,4 @@ class RunLog:
   def close(self) -> None:
     if self.writer is not None:
       self.writer.close()
+      self.tasks.close()

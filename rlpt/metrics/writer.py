@@ -14,26 +14,15 @@ def _scalar(v) -> float:
   return float(np.asarray(v))
 
 
-class MetricsWriter:
-  """One JSON object per ``write`` call (``{"step": ..., "kind": ..., **metrics}``)
-  plus TensorBoard scalars tagged ``kind/name``. Only process 0 should own one."""
+class JsonlLog:
+  """An append-only JSON-lines file of rows with a ``step``, cut back on resume."""
 
-  def __init__(self, workdir: str, tensorboard: bool = True):
-    os.makedirs(workdir, exist_ok=True)
-    self.path = os.path.join(workdir, "metrics.jsonl")
+  def __init__(self, path: str):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    self.path = path
     self._file = open(self.path, "a", buffering=1)
-    self._tb = None
-    if tensorboard:
-      from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
-  def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
-    row = {"step": int(step), "kind": kind}
-    for k, v in metrics.items():
-      x = _scalar(v)
-      row[k] = x if math.isfinite(x) else str(x)
-      if self._tb is not None:
-        self._tb.add_scalar(f"{kind}/{k}", x, int(step))
+  def append(self, row: Mapping) -> None:
     self._file.write(json.dumps(row) + "\n")
 
   def rewind(self, last_step: int) -> int:
@@ -42,7 +31,7 @@ class MetricsWriter:
     A run resumed from the checkpoint of step ``last_step`` replays the steps
     after it; their rows from the killed attempt (and a line torn by the kill)
     go, so the file ends up as an uninterrupted run's. Kept lines stay
-    byte-identical. TensorBoard event files are append-only and keep both.
+    byte-identical.
     """
     self._file.close()
     with open(self.path) as f:
@@ -64,6 +53,35 @@ class MetricsWriter:
 
   def close(self) -> None:
     self._file.close()
+
+
+class MetricsWriter:
+  """One JSON object per ``write`` call (``{"step": ..., "kind": ..., **metrics}``)
+  in ``metrics.jsonl`` plus TensorBoard scalars tagged ``kind/name``. Only
+  process 0 should own one. ``rewind`` as `JsonlLog`'s (TensorBoard event
+  files are append-only and keep both attempts)."""
+
+  def __init__(self, workdir: str, tensorboard: bool = True):
+    self._log = JsonlLog(os.path.join(workdir, "metrics.jsonl"))
+    self.path = self._log.path
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
+    row = {"step": int(step), "kind": kind}
+    for k, v in metrics.items():
+      x = _scalar(v)
+      row[k] = x if math.isfinite(x) else str(x)
+      if self._tb is not None:
+        self._tb.add_scalar(f"{kind}/{k}", x, int(step))
+    self._log.append(row)
+
+  def rewind(self, last_step: int) -> int:
+    return self._log.rewind(last_step)
+
+  def close(self) -> None:
+    self._log.close()
     if self._tb is not None:
       self._tb.close()
-

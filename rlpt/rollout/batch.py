@@ -139,9 +139,10 @@ class RolloutBatch:
   the sample is masked); ``lengths`` (the last turn's completion) and
   ``stopped`` (overlong shaping); ``version``, the policy version that sampled
   each row (None when the whole batch came from the current one); ``records``,
-  a dict per row (domain, reward, success, verdict, infra_error, length,
-  turns). `FIELDS` declares each array field's kind: `pad_to`, `concat` and
-  `take` treat every field by it, so a new field is declared there once.
+  a dict per row (domain, task seed and split, reward, success, verdict,
+  infra_error, length, turns). `FIELDS` declares each array field's kind:
+  `pad_to`, `concat` and `take` treat every field by it, so a new field is
+  declared there once.
   """
 
   tokens: np.ndarray

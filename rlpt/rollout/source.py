@@ -171,8 +171,9 @@ class RolloutSource:
     tasks_b = [task for task in tasks for _ in range(g)]
     seq, graded, ep_stats, metrics = self.episodes(tasks_b, self.sampling, grouped=True,
                                                 params=params, key=key, bucket_rows=bucket_rows)
-    records = tuple(dict(domain=tk.domain, reward=float(x.reward), success=float(x.success),
-                         verdict=x.verdict, infra_error=x.infra_error, length=int(n), turns=int(k))
+    records = tuple(dict(domain=tk.domain, seed=tk.seed, split=tk.split, reward=float(x.reward),
+                         success=float(x.success), verdict=x.verdict, infra_error=x.infra_error,
+                         length=int(n), turns=int(k))
                     for tk, x, n, k in zip(tasks_b, graded, ep_stats["generated"], ep_stats["turns"]))
     batch = RolloutBatch(
         tokens=seq.tokens, loss_mask=seq.loss_mask, old_logp=seq.logp,

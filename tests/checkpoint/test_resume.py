@@ -150,6 +150,14 @@ def test_sigkill_and_resume_matches_uninterrupted(setup):
                     f"{last_ckpt}) step {e['step']} {e['kind']} differs: "
                     f"{ {k: (g.get(k), e.get(k)) for k in set(g) | set(e) if g.get(k) != e.get(k)} }")
 
+  # The trained tasks, one row per step, are the uninterrupted run's too.
+  def tasks(d):
+    with open(os.path.join(d, "tasks.jsonl")) as f:
+      return f.read()
+  assert tasks(workdir) == tasks(reference)
+  assert [json.loads(line)["step"] for line in tasks(reference).splitlines()] == list(
+      range(1, STEPS + 1))
+
   # Save timings were logged, and the run exported its policy for serving.
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     saves = [json.loads(line) for line in f if '"checkpoint"' in line]

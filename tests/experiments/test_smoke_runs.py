@@ -62,6 +62,12 @@ def test_smoke_run(name, tmp_path, base_cache, monkeypatch):
   assert os.path.getsize(tmp_path / "eval_success.png") > 1000
   assert "| mean |" in result["table"]
   assert os.listdir(tmp_path / "tensorboard")
+  # The trained tasks, replayable without rlpt: one row per step, one task per prompt group.
+  tasks = [json.loads(l) for l in open(tmp_path / "tasks.jsonl")]
+  assert [t["step"] for t in tasks] == list(range(1, cfg.steps + 1))
+  for t in tasks:
+    assert len(t["tasks"]) == cfg.rollout.prompts_per_step
+    assert all(d in cfg.domains.ids and split == "train" for d, _, split in t["tasks"])
   if cfg.checkpoint.export:
     # The final policy, also as a Hugging Face checkpoint with its tokenizer.
     hf = tmp_path / "export" / "hf"
