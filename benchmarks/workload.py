@@ -21,8 +21,9 @@ The workload (the same one benchmarks/peers/ runs in TRL and Tunix):
   equal the per-row computation up to fp32 summation order.
 
 Both samplers decode in stages over a KV cache grown between them
-(``decode_phases``: 8 for the 128-token sampler, 4 for the 64-token GRPO
-generation), so early steps do not read the slots of tokens not yet
+(``decode_phases`` chosen from the shape by ``auto_decode_phases``, as a
+training run chooses them: 8 for the 128-token sampler, 4 for the 64-token
+GRPO generation), so early steps do not read the slots of tokens not yet
 generated; the samples are the same (tests/sampling/test_decode_phases.py).
 
 FLOPs: the model FLOPs rlpt executes (each token's matmuls, and attention over
@@ -45,12 +46,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rlpt.sampling.sampler import auto_decode_phases  # noqa: E402  (starts no JAX backend)
 
 VOCAB, PROMPT = 512, 32
 SAMPLE_ROWS, SAMPLE_NEW = 32, 128
 GRPO_PROMPTS, GROUP, GRPO_NEW = 8, 8, 64
 WARMUP_STEPS, TIMED_STEPS = 2, 5
-SAMPLE_PHASES, GRPO_PHASES = 8, 4
+SAMPLE_PHASES, GRPO_PHASES = auto_decode_phases(SAMPLE_NEW), auto_decode_phases(GRPO_NEW)  # 8, 4
 
 # rlpt on a CPU host runs SPMD over one XLA device per core, each running its
 # ops on one thread, with the batch sharded over them: the data parallelism a

@@ -70,7 +70,7 @@ def test_unknown_key_is_named_with_a_suggestion():
     ({"rl.advantage": "rloo", "rollout.group_size": 1, "rollout.batch_size": 16},
      r"group_size must be >= 2 for rloo"),
     ({"rl.kl_mode": "both"}, r"rl.kl_mode must be 'loss' or 'reward'"),
-    ({"rollout.decode_phases": 0}, r"rollout.decode_phases must be in \[1, rollout.max_new_tokens=\d+\], got 0"),
+    ({"rollout.decode_phases": -1}, r"rollout.decode_phases must be in \[0 \(auto\), rollout.max_new_tokens=\d+\], got -1"),
     ({"rollout.decode_phases": 2, "base.attention_impl": "blockwise"},
      r"decode_phases=2 needs the dense-attention samplers; base.attention_impl is 'blockwise'"),
     ({"rollout.decode_phases": 2, "speculative.gamma": 2}, r"speculative.gamma 2"),

@@ -92,8 +92,10 @@ class RolloutConfig:
   # Decode in this many stages over a KV cache grown between them, so early
   # steps do not read the slots of tokens not yet generated (same samples;
   # each stage compiles its own loop). Worth it when completions are long next
-  # to prompts; dense attention only (rlpt.sampling.sampler).
-  decode_phases: int = 1
+  # to prompts; dense attention only (rlpt.sampling.sampler). 0: chosen from
+  # the shape (auto_decode_phases: max_new_tokens // 16, 1 to 8; 1 for
+  # non-dense or windowed attention and speculative decoding).
+  decode_phases: int = 0
 
   @property
   def fast_sampler(self) -> bool:
@@ -112,9 +114,9 @@ class RolloutConfig:
     _require(self.max_new_tokens > 0, f"rollout.max_new_tokens must be > 0, got {self.max_new_tokens}.")
     _require(self.temperature > 0,
              f"rollout.temperature must be > 0 for RL sampling, got {self.temperature}.")
-    _require(1 <= self.decode_phases <= self.max_new_tokens,
-             f"rollout.decode_phases must be in [1, rollout.max_new_tokens={self.max_new_tokens}], "
-             f"got {self.decode_phases}.")
+    _require(0 <= self.decode_phases <= self.max_new_tokens,
+             f"rollout.decode_phases must be in [0 (auto), rollout.max_new_tokens="
+             f"{self.max_new_tokens}], got {self.decode_phases}.")
     _require(self.staleness >= 0, f"rollout.staleness must be >= 0 (0 = synchronous), got "
              f"{self.staleness}.")
     for d, k in self.domain_staleness.items():

@@ -24,6 +24,7 @@ from rlpt.rollout.pipeline import BusyClock
 from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global,
                           jit_sampler, replicated, row_bucket, to_host)
 from rlpt.sampling import Sampler, SamplingParams
+from rlpt.sampling.sampler import auto_decode_phases
 from rlpt.sampling.fast import FastSampler, FlatLayout
 from rlpt.sampling.speculative_rollout import SpeculativeRollout
 from rlpt.sampling.prefix import PrefixLayout
@@ -46,16 +47,22 @@ class RolloutSampling:
     self.rollout_cfg, self.mesh, self.sample_rules, self.busy = rollout, mesh, sample_rules, busy
     self.params = None
     args = (ro.max_prompt_len, ro.max_new_tokens, tokenizer.pad_id, (tokenizer.eos_id,))
+    phases = ro.decode_phases
+    if not phases:
+      plain = (model_cfg.attention_impl == "dense" and not model_cfg.attention_window
+               and not any(model_cfg.layer_windows) and not speculative.gamma)
+      phases = auto_decode_phases(ro.max_new_tokens) if plain else 1
+    self.decode_phases = phases
     param_sh = sample_sh
     self.quantize = None
     self.group_generate_fns = {}
     self.speculative = None
     if not (ro.fast_sampler or speculative.gamma):
-      self.sampler = Sampler(graphdef, model_cfg, *args, decode_phases=ro.decode_phases)
+      self.sampler = Sampler(graphdef, model_cfg, *args, decode_phases=phases)
     else:
       try:
         self.sampler = FastSampler(graphdef, model_cfg, *args, FlatLayout(ro.kv_int8),
-                                   ro.decode_phases)
+                                   phases)
       except ValueError as e:
         raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
       if ro.weights_int8:
@@ -67,7 +74,7 @@ class RolloutSampling:
         check_batch(ro.prompts_per_step, mesh, sample_rules,
                     "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
         grouped = FastSampler(graphdef, model_cfg, *args, PrefixLayout(ro.group_size, ro.kv_int8),
-                              ro.decode_phases)
+                              phases)
         # Grouped rollouts sample at the training temperature only.
         self.group_generate_fns = {
             modes[0]: jit_sampler(grouped, modes[0], param_sh, mesh, sample_rules)}

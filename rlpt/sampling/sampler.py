@@ -134,6 +134,15 @@ def check_decode_phases(phases: int, max_new_tokens: int):
                      f"got {phases}.")
 
 
+def auto_decode_phases(max_new_tokens: int) -> int:
+  """Decode phases chosen from the shape: one per 16 new tokens, 1 to 8 (a
+  phase saves reading the cache slots of tokens not yet generated and costs a
+  compiled loop; below 16 tokens per phase the compile outweighs the reads:
+  the 128- and 64-token benchmark samplers get 8 and 4, the main job's 24
+  tokens 1)."""
+  return max(1, min(8, max_new_tokens // 16))
+
+
 def decode_bounds(max_new_tokens: int, phases: int, multiple: int = 8) -> tuple[int, ...]:
   """The step each decode phase ends before: ``phases`` near-equal stages of
   ``max_new_tokens`` steps, bounds rounded up to ``multiple`` (fewer shapes),

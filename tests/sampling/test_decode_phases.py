@@ -46,6 +46,34 @@ def _assert_same(out, ref):
                              rtol=0)
 
 
+def test_phases_chosen_from_the_shape():
+  from rlpt.sampling.sampler import auto_decode_phases
+  assert [auto_decode_phases(n) for n in (8, 24, 32, 64, 128, 1024)] == [1, 1, 2, 4, 8, 8]
+
+
+def test_a_run_resolves_auto_phases_by_its_model(tmp_path):
+  """rollout.decode_phases=0 (the default): the shape's phases for dense
+  attention, 1 for a blockwise model and with speculative decoding."""
+  from rlpt.config import RolloutConfig, SpeculativeConfig
+  from rlpt.rollout.generation import RolloutSampling
+  from rlpt.rollout.pipeline import BusyClock
+  from rlpt.sampling import SamplingParams
+  from rlpt.sharding import DEFAULT_RULES, make_mesh, state_shardings
+  from rlpt.tokenizers import ByteTokenizer
+  mesh = make_mesh({"data": -1})
+  ro = RolloutConfig(batch_size=4, group_size=2, max_prompt_len=16, max_new_tokens=64)
+  assert ro.decode_phases == 0
+  got = {}
+  for name, cfg in (("dense", CFG), ("blockwise", dataclasses.replace(CFG, attention_impl="blockwise"))):
+    graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(0)))
+    rs = RolloutSampling(ro, SpeculativeConfig(), graphdef, cfg, ByteTokenizer(), mesh,
+                         DEFAULT_RULES, state_shardings(params, mesh, DEFAULT_RULES),
+                         (SamplingParams(1.0),), BusyClock(), draft_key=jax.random.key(0),
+                         total_steps=1)
+    got[name] = (rs.decode_phases, rs.sampler.decode_phases)
+  assert got == {"dense": (4, 4), "blockwise": (1, 1)}
+
+
 def test_bounds():
   assert decode_bounds(128, 1) == (128,)
   assert decode_bounds(128, 4) == (32, 64, 96, 128)
