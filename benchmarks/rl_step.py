@@ -16,6 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -80,6 +81,21 @@ def main(_):
         f"weights to the sampler and metrics {med['time/publish']:.3f})")
   print(f"rollout generation: {np.median([r['throughput/generated_tokens_per_s'] for r in rows]):,.0f} "
         "tokens/s (with early stop)")
+  # Model compute against the limit that binds it: the matmul rate, measured now.
+  from roofline import matmul_roofline, token_flops
+  roof = matmul_roofline() * 1e9
+  mcfg = trainer.actor.model_cfg
+  width = int(np.median([r["batch/pass_tokens"] for r in rows]))
+  per_token = token_flops(mcfg, ro.max_prompt_len + ro.max_new_tokens)  # dense: every key
+  ref_flops = per_token * width            # one forward pass
+  update_flops = 3 * per_token * width     # forward + backward
+  compute = (ref_flops + update_flops) / roof
+  fill = np.median([r.get("batch/packing_fill", 0.0) for r in rows])
+  print(f"model compute: reference + update {(ref_flops + update_flops) / 1e9:.1f} GFLOP over "
+        f"{width} token positions (packed rows {fill:.0%} real tokens), {compute:.3f} s at the "
+        f"measured {roof / 1e12:.2f} TFLOP/s matmul rate: {compute / med['time/step']:.0%} of "
+        f"the step, {compute / (med['time/reference'] + med['time/update']):.0%} of those "
+        "two passes")
   trainer.close()
   workdir.cleanup()
 

@@ -46,7 +46,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rlpt.sampling.sampler import auto_decode_phases  # noqa: E402  (starts no JAX backend)
+from roofline import matmul_roofline, timed, token_flops  # noqa: E402,F401  (W.matmul_roofline)
 
 VOCAB, PROMPT = 512, 32
 SAMPLE_ROWS, SAMPLE_NEW = 32, 128
@@ -92,36 +94,6 @@ def model_config():
   return ModelConfig(vocab_size=VOCAB, d_model=256, num_layers=4, num_heads=8, num_kv_heads=4,
                      head_dim=32, mlp_dim=704, norm_eps=1e-6, rope_theta=10_000.0,
                      tie_embeddings=False)
-
-
-def matmul_roofline() -> float:
-  """fp32 GFLOP/s of large matmuls on this machine, one 1024^3 per device at
-  once (every device busy, as in the workload; best of 5)."""
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec
-  n = jax.device_count()
-  mesh = Mesh(np.array(jax.devices()), ("data",))
-  a = jax.device_put(jax.random.normal(jax.random.key(0), (1024 * n, 1024), jnp.float32),
-                     NamedSharding(mesh, PartitionSpec("data", None)))
-  b = jax.device_put(jax.random.normal(jax.random.key(1), (1024, 1024), jnp.float32),
-                     NamedSharding(mesh, PartitionSpec()))
-  f = jax.jit(lambda x, y: x @ y)
-  f(a, b).block_until_ready()
-  best = min(_timed(lambda: f(a, b).block_until_ready()) for _ in range(5))
-  return 2 * n * 1024 ** 3 / best / 1e9
-
-
-def _timed(fn) -> float:
-  t = time.perf_counter()
-  fn()
-  return time.perf_counter() - t
-
-
-def token_flops(cfg, position: int) -> float:
-  """Forward FLOPs of one token at ``position`` (attending position + 1 keys)."""
-  d, n, k, h, f = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_dim
-  per_layer = d * n * h + 2 * d * k * h + n * h * d + 3 * d * f
-  matmul = 2 * (cfg.num_layers * per_layer + d * cfg.vocab_size)
-  return matmul + cfg.num_layers * 4 * (position + 1) * n * h
 
 
 def generation_flops(cfg, rows: int, prompt: int, new: int, group: int = 1) -> float:
@@ -177,7 +149,7 @@ def measure(seed: int = 0) -> dict:
   ids = jax.device_put(data["sample"], rows2)
   lens = jax.device_put(np.full((SAMPLE_ROWS,), PROMPT, np.int32), rows1)
   jax.block_until_ready(generate(params, ids, lens, jax.random.key(0)))
-  times = [_timed(lambda i=i: jax.block_until_ready(generate(params, ids, lens, jax.random.key(i))))
+  times = [timed(lambda i=i: jax.block_until_ready(generate(params, ids, lens, jax.random.key(i))))
            for i in range(1, 4)]
   out["sample_tok_s"] = SAMPLE_ROWS * SAMPLE_NEW / statistics.median(times)
   out["sample_flops"] = generation_flops(cfg, SAMPLE_ROWS, PROMPT, SAMPLE_NEW)

@@ -281,6 +281,9 @@ class Actor:
     packing = self._packing(batch.tokens, batch.loss_mask)
     shared = None if packing is not None else self.shared_prefix(batch.tokens)
     out["batch/shared_prefix"] = float(shared.length if shared else 0)
+    # Token positions the reference pass and each update run (padding included).
+    out["batch/pass_tokens"] = float(batch.tokens.size if packing is None
+                                     else packing.num_rows * packing.width)
     if packing is None:
       tokens, segments = host_to_global(batch.tokens, self._bs2), None
       unpack = np.asarray
