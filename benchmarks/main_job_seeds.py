@@ -48,7 +48,10 @@ def _step_time(rows: list[dict]) -> float:
 
 
 def _deterministic(rows: list[dict]) -> list[dict]:
-  return [{k: v for k, v in r.items() if not k.startswith(NON_DETERMINISTIC)} for r in rows]
+  """The train and eval rows without their timings (checkpoint rows are save
+  timings only, and a run killed after a save and resumed lacks that save's row)."""
+  return [{k: v for k, v in r.items() if not k.startswith(NON_DETERMINISTIC)} for r in rows
+          if r["kind"] in ("train", "eval")]
 
 
 TRAIN_TAIL = 50
