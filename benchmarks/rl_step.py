@@ -90,9 +90,11 @@ def main(_):
   ref_flops = per_token * width            # one forward pass
   update_flops = 3 * per_token * width     # forward + backward
   compute = (ref_flops + update_flops) / roof
-  fill = np.median([r.get("batch/packing_fill", 0.0) for r in rows])
+  packed = "batch/packing_fill" in rows[-1]
+  layout = (f"packed rows, {np.median([r['batch/packing_fill'] for r in rows]):.0%} real tokens"
+            if packed else "one sequence per row")
   print(f"model compute: reference + update {(ref_flops + update_flops) / 1e9:.1f} GFLOP over "
-        f"{width} token positions (packed rows {fill:.0%} real tokens), {compute:.3f} s at the "
+        f"{width} token positions ({layout}), {compute:.3f} s at the "
         f"measured {roof / 1e12:.2f} TFLOP/s matmul rate: {compute / med['time/step']:.0%} of "
         f"the step, {compute / (med['time/reference'] + med['time/update']):.0%} of those "
         "two passes")
