@@ -12,7 +12,7 @@ CONFIG ?= experiments/grpo_default.py
 
 PEERS := .peers
 
-.PHONY: setup system train smoke test bench bench-peers clean
+.PHONY: setup system train smoke test bench bench-peers bench-peers-main clean
 
 setup: system $(STAMP) $(ROOTPATH)
 
@@ -53,6 +53,16 @@ $(PEERS)/%/.installed: benchmarks/peers/requirements-%.txt
 
 bench-peers: setup $(PEERS)/trl/.installed $(PEERS)/tunix/.installed
 	$(PY) benchmarks/peers/run.py
+
+# The main job (experiments/grpo_default.py) trained by rlpt and by TRL, side by
+# side; TRL's environment also gets rlpt's environments package (no JAX) for the rewards.
+$(PEERS)/trl/.environments: $(PEERS)/trl/.installed $(wildcard environments/*.py environments/*/*.py)
+	$(PEERS)/trl/bin/pip install --quiet ./environments
+	rm -rf environments/build environments/rlpt_environments.egg-info
+	touch $@
+
+bench-peers-main: setup $(PEERS)/trl/.environments
+	$(PY) benchmarks/peers/main_job.py
 
 clean:
 	rm -rf $(VENV) $(PEERS) .cache runs

@@ -366,13 +366,13 @@ def report(per_seed: dict, seeds: list[int]) -> None:
   many = len(seeds) > 1
   print(f"\n{len(seeds)} seed(s) {seeds}, {_STEPS.value} steps each, 128 completions per step; "
         + ("mean [min-max] over seeds" if many else "one run"))
-  print("| system | step, s (median [min-max] after 2 warm-ups) | steps/s | training s "
-        "(all steps) | run wall, s |")
-  print("|---|---:|---:|---:|---:|")
+  print("| system | median step, s | step min-max, s (steps after 2 warm-ups"
+        + (", all seeds" if many else "") + ") | steps/s | training s (all steps) | run wall, s |")
+  print("|---|---:|---:|---:|---:|---:|")
   for s in systems:
     fs = [per_seed[x][s] for x in seeds]
-    rng = agg([f["step_min_s"] for f in fs]), agg([f["step_max_s"] for f in fs])
-    print(f"| {NAMES[s]} | {agg(f['step_s'] for f in fs)} [{rng[0]}-{rng[1]}] | "
+    rng = min(f["step_min_s"] for f in fs), max(f["step_max_s"] for f in fs)
+    print(f"| {NAMES[s]} | {agg(f['step_s'] for f in fs)} | {rng[0]:.3f}-{rng[1]:.3f} | "
           f"{agg([f['steps_per_s'] for f in fs], '{:.2f}')} | {agg([f['train_s'] for f in fs], '{:.0f}')}"
           f" | {agg([f['run_wall_s'] for f in fs], '{:.0f}')} |")
   rl = [per_seed[x]["rlpt"]["step_s"] for x in seeds]
