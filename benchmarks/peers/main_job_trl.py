@@ -50,6 +50,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 import environments  # noqa: F401  (registers the rlpt/ domains with gymnasium)
+from trl_workload import StepTimer  # noqa: E402  (this script's folder is on the path)
 
 GROUP = 8
 MAX_NEW = 24
@@ -108,26 +109,6 @@ class Grader:
 
   def grade(self, tasks, answers) -> list[dict]:
     return list(self.pool.map(self._grade, tasks, answers))
-
-
-class StepTimer(TrainerCallback):
-  """Times each optimizer step, and the part of it before the reward function runs."""
-
-  def __init__(self):
-    self.times, self.rollout, self.lr = [], [], []
-    self._start = self._reward_at = None
-
-  def on_step_begin(self, args, state, control, lr_scheduler=None, **kwargs):
-    self.lr.append(float(lr_scheduler.get_last_lr()[0]))  # the rate this step's update uses
-    self._start, self._reward_at = time.perf_counter(), None
-
-  def mark_reward(self):
-    if self._reward_at is None:
-      self._reward_at = time.perf_counter()
-
-  def on_step_end(self, args, state, control, **kwargs):
-    self.times.append(time.perf_counter() - self._start)
-    self.rollout.append(self._reward_at - self._start)
 
 
 class Evaluator(TrainerCallback):

@@ -119,13 +119,16 @@ def sample(model, prompts: np.ndarray) -> list[float]:
 
 
 class StepTimer(TrainerCallback):
-  """Times each optimizer step, and the part of it before the reward function runs."""
+  """Times each optimizer step, and the part of it before the reward function
+  runs; records the learning rate each step's update uses."""
 
   def __init__(self):
-    self.times, self.rollout = [], []
+    self.times, self.rollout, self.lr = [], [], []
     self._start = self._reward_at = None
 
-  def on_step_begin(self, args, state, control, **kwargs):
+  def on_step_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+    if lr_scheduler is not None:
+      self.lr.append(float(lr_scheduler.get_last_lr()[0]))
     self._start, self._reward_at = time.perf_counter(), None
 
   def mark_reward(self):
