@@ -129,8 +129,7 @@ class Actor:
     loss_cfg, sampling = update.loss, update.sampling
     # Packed rows (rlpt.packing) where the loss and the model allow them.
     self.packs = (update.rl.pack_sequences and is_per_token(loss_cfg)
-                  and self.model_cfg.attention_impl == "dense"
-                  and not (self.model_cfg.attention_window or any(self.model_cfg.layer_windows)))
+                  and self.model_cfg.full_dense_attention)
     self._row_multiple = batch_multiple(mesh, self.rules)
 
     # One compiled update and scoring pass per shared-prefix length (bucketed)
@@ -290,8 +289,9 @@ class Actor:
     else:
       out["batch/packed_rows"] = float(packing.num_rows)
       out["batch/packing_fill"] = packing.fill
-      tokens = host_to_global(packing.tokens(batch.tokens, u.pad_id), self._bs2)
-      segments = host_to_global(packing.segments(), self._bs2)
+      packed_tokens, packed_segments = packing.tokens(batch.tokens, u.pad_id), packing.segments()
+      tokens = host_to_global(packed_tokens, self._bs2)
+      segments = host_to_global(packed_segments, self._bs2)
       unpack = packing.unpack
     logprobs = self._logprobs_for(shared, packing is not None)
     if u.scoring_pass:
@@ -348,8 +348,10 @@ class Actor:
       for k in range(mb):
         idx = perm[k * size:(k + 1) * size]
         mini = RLBatch(*(x[idx] for x in rl_batch[:5]))
-        if packing is not None:
-          sub = packing if mb == 1 else self._packing(mini.tokens, mini.loss_mask)
+        if packing is not None and mb == 1:  # the whole batch, in order: packed as above
+          mini = RLBatch(packed_tokens, *(packing.pack(x) for x in mini[1:5]), packed_segments)
+        elif packing is not None:
+          sub = self._packing(mini.tokens, mini.loss_mask)
           mini = RLBatch(sub.tokens(mini.tokens, u.pad_id), *(sub.pack(x) for x in mini[1:5]),
                          sub.segments())
         step_metrics.append(self.train_on(

@@ -34,6 +34,7 @@ class Packing:
   row_B: np.ndarray      # packed row of sequence b
   offset_B: np.ndarray   # its first token's column
   length_B: np.ndarray   # its tokens (BOS .. last real token)
+  rank_B: np.ndarray     # its place in its row, 1 for the first (its segment id)
   num_rows: int          # R, padding rows included
   width: int             # L
 
@@ -54,8 +55,8 @@ class Packing:
     length = cls.lengths(t, loss_mask_BxT, pad_id)
     order = np.lexsort((np.arange(b), -length))  # longest first, ties by index
     free: list[int] = []                         # room left in each open row
-    row = np.zeros(b, np.int64)
-    offset = np.zeros(b, np.int64)
+    count: list[int] = []                        # sequences placed in each row
+    row, offset, rank = (np.zeros(b, np.int64) for _ in range(3))
     for i in order:
       n = int(length[i])
       for r, room in enumerate(free):
@@ -64,11 +65,14 @@ class Packing:
       else:
         r = len(free)
         free.append(width)
+        count.append(0)
       row[i], offset[i] = r, width - free[r]
       free[r] -= n
+      count[r] += 1
+      rank[i] = count[r]
     m = max(int(row_multiple), 1)
     num_rows = -(-max(len(free), 1) // m) * m
-    return cls(row, offset, length, num_rows, width)
+    return cls(row, offset, length, rank, num_rows, width)
 
   @property
   def fill(self) -> float:
@@ -93,16 +97,8 @@ class Packing:
   def segments(self) -> np.ndarray:
     """[R, L] int32: the k-th sequence of a row is k (by column), padding 0."""
     out = np.zeros((self.num_rows, self.width), np.int32)
-    # Rank of each sequence within its row, by offset.
-    key = self.row_B * (self.width + 1) + self.offset_B
-    rank = np.zeros(len(key), np.int32)
-    order = np.argsort(key, kind="stable")
-    sorted_rows = self.row_B[order]
-    first = np.r_[0, np.flatnonzero(np.diff(sorted_rows)) + 1]
-    starts = np.repeat(first, np.diff(np.r_[first, len(order)]))
-    rank[order] = np.arange(len(order)) - starts + 1
     b, _, r, pc = self._index(self.length_B)
-    out[r, pc] = rank[b]
+    out[r, pc] = self.rank_B[b]
     return out
 
   def pack(self, x_BxT) -> np.ndarray:

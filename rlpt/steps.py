@@ -125,7 +125,7 @@ def forward_logits(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Ar
 
 def check_packable(cfg) -> None:
   """Packed rows need attention that reads the [T, S] mask: dense, no window."""
-  if cfg.attention_impl != "dense" or cfg.attention_window or any(cfg.layer_windows):
+  if not cfg.full_dense_attention:
     raise ValueError(f"packed sequences need dense attention without a window; this model has "
                      f"attention_impl '{cfg.attention_impl}', attention_window "
                      f"{cfg.attention_window}, layer_windows {tuple(cfg.layer_windows)} "

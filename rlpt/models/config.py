@@ -147,6 +147,13 @@ class ModelConfig:
       raise ValueError(f"model.attn_logit_softcap needs model.attention_impl='dense' (the "
                        f"kernels do not soft-cap), got '{self.attention_impl}'.")
 
+  @property
+  def full_dense_attention(self) -> bool:
+    """Every layer attends densely over all earlier keys (no kernel, no window):
+    what attention over an explicit [T, S] mask (packed rows, decode phases) needs."""
+    return self.attention_impl == "dense" and not self.attention_window and not any(
+        self.layer_windows)
+
   def window(self, layer: int) -> int:
     """Sliding window of layer ``layer`` in keys, 0 = full attention."""
     return self.layer_windows[layer] if self.layer_windows else self.attention_window

@@ -29,7 +29,7 @@ from flax import nnx
 
 from rlpt.rollout.batch import RolloutBatch, merge_parts
 from rlpt.rollout.pipeline import AsyncRollout
-from rlpt.rollout.source import RolloutSource, _by_domain
+from rlpt.rollout.source import RolloutSource
 
 
 class AsyncRolloutSource(RolloutSource):
@@ -74,15 +74,12 @@ class AsyncRolloutSource(RolloutSource):
             [x for x, r in zip(lag, records) if r["domain"] == d]))
     return self._serve(step, batch, metrics)
 
-  def publish(self, step: int, weights: nnx.State) -> dict:
-    with self.busy.busy():
-      self.set_weights(weights)
-    self.step = step
-    valid = self._valid(step)
+  def _feed_curriculum(self, step: int, by_domain: dict[str, list[float]]) -> None:
+    """Logs the step's curriculum update and publishes its weights to the producers."""
     # The producer applies it before drawing the first wave sampled with this
     # step's weights (the same point a synchronous run would).
     with self.curriculum_lock:
-      self.curriculum_log[step] = _by_domain(valid)
+      self.curriculum_log[step] = by_domain
       # The consumed wave's curriculum state includes these; no wave needs them again.
       done = self._consumed_state["curriculum_applied"]
       for s in [s for s in self.curriculum_log if s <= done]:
@@ -91,7 +88,6 @@ class AsyncRolloutSource(RolloutSource):
     for v in [v for v in self.snapshots if v < step - self.cfg.max_staleness]:
       del self.snapshots[v]
     self.pipeline.publish(step)
-    return self._metrics(step, valid)
 
   def state_dict(self) -> dict:
     if self._consumed_state is None:

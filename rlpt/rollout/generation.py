@@ -49,8 +49,7 @@ class RolloutSampling:
     args = (ro.max_prompt_len, ro.max_new_tokens, tokenizer.pad_id, (tokenizer.eos_id,))
     phases = ro.decode_phases
     if not phases:
-      plain = (model_cfg.attention_impl == "dense" and not model_cfg.attention_window
-               and not any(model_cfg.layer_windows) and not speculative.gamma)
+      plain = model_cfg.full_dense_attention and not speculative.gamma
       phases = auto_decode_phases(ro.max_new_tokens) if plain else 1
     self.decode_phases = phases
     param_sh = sample_sh

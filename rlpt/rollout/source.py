@@ -107,8 +107,12 @@ class RolloutSource:
       self.set_weights(weights)
     self.step = step
     valid = self._valid(step)
-    self.domain_sampler.update(_by_domain(valid))
+    self._feed_curriculum(step, _by_domain(valid))
     return self._metrics(step, valid)
+
+  def _feed_curriculum(self, step: int, by_domain: dict[str, list[float]]) -> None:
+    """The results of update ``step``'s batch, after its weights are in place."""
+    self.domain_sampler.update(by_domain)
 
   def set_weights(self, weights: nnx.State) -> None:
     """Gives the sampler ``weights`` (sampling layout), e.g. after a restore."""
