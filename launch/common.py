@@ -17,6 +17,12 @@ CPU_THREADS = flags.DEFINE_integer(
     "Ignored where an accelerator plugin is installed.", lower_bound=0)
 
 
+COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache", ".cache/rlpt/xla", "Folder of XLA's compiled programs (JAX's persistent "
+    "compilation cache): a later run loads what an earlier one compiled (the same executables, "
+    "so the same bits). Empty: compile everything afresh.")
+
+
 USAGE_EXIT = 2  # the exit status of every user mistake on the command line
 
 
@@ -142,6 +148,17 @@ def pin_cpu_threads() -> None:
     set_cpu_threads(CPU_THREADS.value)
   except (ValueError, RuntimeError) as e:
     usage_error(f"--cpu_threads={CPU_THREADS.value}: {e}")
+
+
+def use_compilation_cache() -> None:
+  """Applies --compilation_cache; a folder that cannot be made exits with a usage error."""
+  from rlpt.runtime import use_compilation_cache as use
+  if not flags.FLAGS["compilation_cache"].present and "JAX_COMPILATION_CACHE_DIR" in os.environ:
+    return  # the environment's own choice stands unless the flag is given
+  try:
+    use(COMPILATION_CACHE.value)
+  except OSError as e:
+    usage_error(f"--compilation_cache={COMPILATION_CACHE.value}: {e.strerror or e}")
 
 
 def typed_config(cls, config_dict):

@@ -19,6 +19,7 @@ def main(argv):
     common.usage_error(f"unexpected arguments {argv[1:]}; every setting is a --flag or --config.<key>=<value>")
   common.quiet_libraries()
   common.pin_cpu_threads()
+  common.use_compilation_cache()
   from rlpt.config import PretrainConfig
   from rlpt.pretrain import pretrain
   cfg = common.typed_config(PretrainConfig, _CONFIG.value)

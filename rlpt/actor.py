@@ -38,7 +38,7 @@ from rlpt.keys import run_key
 from rlpt.models import ModelConfig, ValueModel
 from rlpt.models.hf import save_hf_checkpoint
 from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
-from rlpt.packing import Packing
+from rlpt.packing import Packing, pack_width
 from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advantages,
                      is_per_token, kl_reward_penalty_BxT, loss_counts, make_kl_controller,
                      overlong_filter_BxT, sequence_kl_B, soft_overlong_penalty_B, truncated_B,
@@ -241,12 +241,13 @@ class Actor:
 
   def _packing(self, tokens_BxL, loss_mask_BxT) -> Packing | None:
     """How the rows pack (None: not packing). The packed row count is rounded up
-    to a sixteenth of the rows (and the batch shards), so a run compiles a
-    handful of shapes."""
+    to a sixteenth of the rows (and the batch shards) and the packed width to
+    the next 2^k or 1.5 * 2^k, so a run compiles a handful of shapes."""
     if not self.packs:
       return None
     multiple = math.lcm(self._row_multiple, max(1, len(tokens_BxL) // 16))
-    return Packing.plan(tokens_BxL, loss_mask_BxT, self.cfg.pad_id, multiple)
+    return Packing.plan(tokens_BxL, loss_mask_BxT, self.cfg.pad_id, multiple,
+                        width=pack_width(tokens_BxL.shape[1]))
 
   def _advantages(self, batch: RolloutBatch, ref_logp, values):
     """Advantages and value targets for a graded batch; applies reward shaping."""

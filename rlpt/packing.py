@@ -17,7 +17,9 @@ sequence's first token) holds 0, so it never carries loss.
 
 Rows are filled first-fit, longest sequence first (deterministic: ties by
 index), and their count is rounded up to ``row_multiple`` (batch shards and
-a handful of compiled shapes); extra rows are all padding.
+a handful of compiled shapes); extra rows are all padding. Packed rows may be
+wider than the batch's (``width``): ``pack_width`` rounds a batch width up to
+the next of 2^k, 1.5 * 2^k, so batches of a few widths share one compiled shape.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
+
+def pack_width(width: int) -> int:
+  """``width`` rounded up to the next 2^k or 1.5 * 2^k (72 -> 96, 88 -> 96, 136 -> 192)."""
+  w = max(int(width), 1)
+  k = max(w - 1, 1).bit_length() - 1   # 2^k < w <= 2^(k+1) for w > 2
+  if w <= 2:
+    return w
+  return 3 << (k - 1) if w <= 3 << (k - 1) else 2 << k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +47,8 @@ class Packing:
   length_B: np.ndarray   # its tokens (BOS .. last real token)
   rank_B: np.ndarray     # its place in its row, 1 for the first (its segment id)
   num_rows: int          # R, padding rows included
-  width: int             # L
+  width: int             # the packed rows' width (>= L)
+  batch_width: int       # L
 
   @staticmethod
   def lengths(tokens_BxL: np.ndarray, loss_mask_BxT: np.ndarray, pad_id: int) -> np.ndarray:
@@ -49,9 +61,15 @@ class Packing:
     return np.maximum(np.maximum(last_tok, last_tgt), 1).astype(np.int64)
 
   @classmethod
-  def plan(cls, tokens_BxL, loss_mask_BxT, pad_id: int, row_multiple: int = 1) -> "Packing":
+  def plan(cls, tokens_BxL, loss_mask_BxT, pad_id: int, row_multiple: int = 1,
+           width: int | None = None) -> "Packing":
+    """``width``: of the packed rows (default the batch's, never less)."""
     t = np.asarray(tokens_BxL)
-    b, width = t.shape
+    b, batch_width = t.shape
+    if width is not None and width < batch_width:
+      raise ValueError(f"packed rows of width {width} cannot hold this batch's rows of "
+                       f"width {batch_width}.")
+    width = batch_width if width is None else int(width)
     length = cls.lengths(t, loss_mask_BxT, pad_id)
     order = np.lexsort((np.arange(b), -length))  # longest first, ties by index
     free: list[int] = []                         # room left in each open row
@@ -72,7 +90,7 @@ class Packing:
       rank[i] = count[r]
     m = max(int(row_multiple), 1)
     num_rows = -(-max(len(free), 1) // m) * m
-    return cls(row, offset, length, rank, num_rows, width)
+    return cls(row, offset, length, rank, num_rows, width, batch_width)
 
   @property
   def fill(self) -> float:
@@ -112,7 +130,7 @@ class Packing:
   def unpack(self, x_RxT) -> np.ndarray:
     """The inverse of ``pack`` for a per-target field (0 past each sequence)."""
     x = np.asarray(x_RxT)
-    out = np.zeros((len(self.row_B), self.width - 1) + x.shape[2:], x.dtype)
+    out = np.zeros((len(self.row_B), self.batch_width - 1) + x.shape[2:], x.dtype)
     b, c, r, pc = self._index(self.length_B - 1)
     out[b, c] = x[r, pc]
     return out

@@ -77,6 +77,23 @@ def set_cpu_threads(n: int) -> None:
   os.environ["PJRT_NPROC"] = str(n)
 
 
+def use_compilation_cache(path: str, min_compile_secs: float = 0.1) -> None:
+  """Keeps XLA's compiled programs on disk under ``path`` (JAX's persistent
+  compilation cache), so a later run, or a later shape seen again, loads a
+  program instead of compiling it: the same executable, so the same bits.
+  Programs that compile in under ``min_compile_secs`` are not kept. ``path``
+  empty: off. Concurrent processes may share it (entries are written
+  atomically; the key covers the JAX version, the backend, the devices and
+  XLA's flags). Keep one per machine: XLA:CPU compiles for the host's own
+  instruction set."""
+  if not path:
+    return
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", os.path.abspath(path))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 def cpu_only_host() -> bool:
   """Whether JAX will run on the CPU here: JAX_PLATFORMS says only ``cpu``, or
   no accelerator plugin (CUDA / ROCm entry points, libtpu) is installed."""

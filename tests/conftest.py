@@ -9,3 +9,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # XLA:CPU splits reductions by its thread count: fixed, the suite computes the
 # same bits on hosts with any number of cores (as launch/ does, --cpu_threads).
 os.environ.setdefault("PJRT_NPROC", "2")
+# One persistent compilation cache for the session (and the processes its tests
+# start): the suite builds many trainers of the same shapes, and each would
+# otherwise compile the same programs again. Fresh per session, so nothing
+# from an earlier checkout is loaded.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import atexit
+  import shutil
+  import tempfile
+  _cache = tempfile.mkdtemp(prefix="rlpt-test-xla-")
+  atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
+  os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
-from rlpt.packing import Packing
+from rlpt.packing import Packing, pack_width
 from rlpt.rl import LossConfig, LossCounts, is_per_token, loss_counts
 from rlpt.sampling import SamplingParams
 from rlpt.steps import (RLBatch, check_packable, init_train_state, rl_train_step,
@@ -55,6 +55,27 @@ def test_layout_round_trips_and_fills_rows():
   np.testing.assert_array_equal(q.offset_B, p.offset_B)
 
 
+def test_rows_wider_than_the_batch_round_trip():
+  rng = np.random.default_rng(2)
+  tokens, mask = _batch(rng, b=30, l=22)
+  w = pack_width(22)
+  assert w == 24
+  p = Packing.plan(tokens, mask, PAD, row_multiple=2, width=w)
+  assert p.width == 24 and p.batch_width == 22
+  assert p.tokens(tokens, PAD).shape == (p.num_rows, 24) and p.pack(mask).shape == (p.num_rows, 23)
+  np.testing.assert_array_equal(p.unpack(p.pack(mask)), mask)
+  assert p.num_rows <= Packing.plan(tokens, mask, PAD, row_multiple=2).num_rows
+  with pytest.raises(ValueError, match="width 20 cannot hold this batch's rows of width 22"):
+    Packing.plan(tokens, mask, PAD, width=20)
+
+
+def test_pack_width_ladder():
+  got = [pack_width(w) for w in (1, 3, 4, 5, 7, 9, 17, 72, 88, 96, 97, 136, 193)]
+  assert got == [1, 3, 4, 6, 8, 12, 24, 96, 96, 96, 128, 192, 256]
+  for w in range(1, 3000):
+    assert w <= pack_width(w) <= max(w, 1.5 * (w - 1))
+
+
 def test_a_full_row_and_a_pad_token_inside_a_completion():
   """A sequence filling its row keeps every target; a sampled pad token inside a
   completion (trained: its mask is 1) still counts as the sequence's."""
@@ -80,8 +101,8 @@ def test_packed_logprobs_and_update_equal_one_sequence_per_row(loss_cfg):
   sampling = SamplingParams(1.0)
   check_packable(CFG)
   plain = np.asarray(sequence_logprobs(graphdef, params, jnp.asarray(tokens), sampling))
-  p = Packing.plan(tokens, mask, PAD, row_multiple=2)
-  assert p.num_rows < len(tokens)
+  p = Packing.plan(tokens, mask, PAD, row_multiple=2, width=pack_width(tokens.shape[1]))
+  assert p.num_rows < len(tokens) and p.width > tokens.shape[1]
   got = sequence_logprobs(graphdef, params, jnp.asarray(p.tokens(tokens, PAD)), sampling,
                           segments_BxL=jnp.asarray(p.segments()))
   m = mask > 0

@@ -267,7 +267,7 @@ def run_rlpt(seed_dir: str, seed: int) -> dict:
            f"--config.base.cache_dir={cache_dir()}", f"--config.steps={_STEPS.value}",
            f"--config.seed={seed}", f"--config.eval.every={_EVAL_EVERY.value}",
            f"--config.eval.tasks_per_domain={_EVAL_TASKS.value}", "--config.checkpoint.every=0",
-           "--config.progress=False"]
+           "--config.progress=False", "--compilation_cache="]  # every run compiles, as a first one
     print(f"seed {seed}: rlpt: {' '.join(cmd[1:])}", flush=True)
     wall = run_logged(cmd, os.path.join(seed_dir, "rlpt.log"), "rlpt")
     with open(os.path.join(work, "wall.json"), "w") as f:
