@@ -13,7 +13,9 @@ The RL experiments build and cache this base on first use; to build it alone:
 
 ``:mixed`` is the base of experiments/grpo_mixed.py: the same model, trained
 longer on the demonstrations of that job's built-in, dataset-file and
-reasoning-gym domains, at its longer context.
+reasoning-gym domains, at its longer context. ``:all`` is the base of
+experiments/grpo_all_domains.py: trained on the demonstrations of every domain
+that job selects.
 """
 
 import ml_collections
@@ -48,6 +50,19 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.domains.ids = list(domains.mixed())
     c.steps = 1000
     c.max_len = 144
+  elif arg.split(",")[0] == "all":
+    # "all[,prompt=<chars>,answer=<chars>]": every domain of grpo_all_domains' bounds.
+    bounds = {"prompt": domains.ALL_PROMPT_CHARS, "answer": domains.ALL_DEMO_CHARS}
+    for item in arg.split(",")[1:]:
+      key, _, value = item.partition("=")
+      if key not in bounds or not value.isdigit():
+        raise ValueError(f"pretrain_base argument {arg!r}: expected all[,prompt=N,answer=N]")
+      bounds[key] = int(value)
+    ids, _ = domains.every_domain("", bounds["prompt"], bounds["answer"])
+    c.domains.ids = list(ids)
+    c.steps = 2000
+    c.max_len = -(-(bounds["prompt"] + bounds["answer"] + 3) // 16) * 16  # BOS, EOS, rounded up
   elif arg:
-    raise ValueError(f"Unknown pretrain_base argument '{arg}'; expected '', 'smoke' or 'mixed'.")
+    raise ValueError(f"Unknown pretrain_base argument '{arg}'; expected '', 'smoke', 'mixed' "
+                     "or 'all'.")
   return c

@@ -3,7 +3,7 @@
     evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed, batch_size=128,
                           greedy=greedy_params, sampled=rollout_params, tokenizer=tok)
     if evaluator.due(step, last_step):
-      metrics = evaluator.run(play, step)
+      metrics = evaluator.run(play, step, evaluator.domains_at(step, last_step))
 
 ``play(tasks, sampling, key) -> EpisodeBatch`` plays one episode per task with
 the current policy (`RolloutSource.play`: its `EpisodeRunner` over its
@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rlpt.config import EvalConfig
+from rlpt.curriculum.signal import domain_family
 from rlpt.data import Task, eval_tasks
 from rlpt.keys import run_key
 from rlpt.sampling import SamplingParams
@@ -46,15 +47,37 @@ class Evaluator:
     """Every ``eval.every`` steps and after the last."""
     return step % self.cfg.every == 0 or step == last_step
 
-  def run(self, play: Play, step: int) -> dict:
+  def domains_at(self, step: int, last_step: int) -> tuple[str, ...]:
+    """The domains the evaluation at ``step`` covers: all of them before
+    training, after the last step and without ``eval.domains_per_eval``;
+    otherwise the next ``domains_per_eval`` in turn (a function of the step, so
+    a resumed run evaluates what an uninterrupted one would)."""
+    n, k = self.cfg.domains_per_eval, len(self.domains)
+    if not n or n >= k or step <= 0 or step >= last_step:
+      return self.domains
+    first = (step // self.cfg.every - 1) * n
+    return tuple(self.domains[(first + i) % k] for i in range(n))
+
+  def run(self, play: Play, step: int, domains: Sequence[str] | None = None) -> dict:
     """``success/<domain>`` decodes with ``eval.temperature`` (0 = greedy);
     with ``eval.sampled`` also ``sampled_success/<domain>``: pass@1 of the
     policy as trained, sampling with the rollout's temperature / top-k / top-p.
-    Each has a ``/mean`` over domains; samples the environments could not grade
-    (infrastructure failures) do not count."""
-    out = self._success(play, step, "success", self.greedy, 0)
+    Each has a ``/mean`` over the evaluated domains and, per family
+    (``domain_family``), ``family_success/<f>`` / ``family_sampled_success/<f>``
+    over its evaluated domains; samples the environments could not grade
+    (infrastructure failures) do not count. ``domains``: a subset to evaluate
+    (default every domain; see ``domains_at``); ``eval/domains`` and
+    ``eval/tasks`` say how many domains and tasks (per measure) it covered."""
+    domains = self.domains if domains is None else tuple(domains)
+    unknown = sorted(set(domains) - set(self.domains))
+    if unknown:
+      raise ValueError(f"cannot evaluate {unknown}: not among the run's domains.")
+    tasks = [t for t in self.tasks if t.domain in set(domains)]
+    out = self._success(play, step, "success", self.greedy, 0, domains, tasks)
     if self.cfg.sampled:
-      out.update(self._success(play, step, "sampled_success", self.sampled, 1))
+      out.update(self._success(play, step, "sampled_success", self.sampled, 1, domains, tasks))
+    out["eval/domains"] = float(len(domains))
+    out["eval/tasks"] = float(len(tasks))
     return out
 
   def answers(self, play: Play, tasks: Sequence[Task], step: int, sampled: bool = False) -> list[dict]:
@@ -87,13 +110,24 @@ class Evaluator:
       key = run_key(self.seed, purpose, step, mode, start // self.batch_size)
       yield part, play(padded, sampling, key)
 
-  def _success(self, play: Play, step: int, prefix: str, sampling: SamplingParams, mode: int) -> dict:
+  def _success(self, play: Play, step: int, prefix: str, sampling: SamplingParams, mode: int,
+               domains: Sequence[str], tasks: Sequence[Task]) -> dict:
     successes: dict[str, list[float]] = collections.defaultdict(list)
-    for part, batch in self._play_chunks(play, self.tasks, sampling, "eval", step, mode):
+    for part, batch in self._play_chunks(play, tasks, sampling, "eval", step, mode):
       for task, x in zip(part, batch.final):
         if not x.infra_error:
           successes[task.domain].append(float(x.success))
     out = {f"{prefix}/{d}": float(np.mean(successes[d])) if successes[d] else float("nan")
-           for d in self.domains}
-    out[f"{prefix}/mean"] = float(np.nanmean([out[f"{prefix}/{d}"] for d in self.domains]))
+           for d in domains}
+    out[f"{prefix}/mean"] = _nanmean([out[f"{prefix}/{d}"] for d in domains])
+    families = collections.defaultdict(list)
+    for d in domains:
+      families[domain_family(d)].append(out[f"{prefix}/{d}"])
+    for f, xs in sorted(families.items()):
+      out[f"family_{prefix}/{f}"] = _nanmean(xs)
     return out
+
+
+def _nanmean(xs) -> float:
+  xs = [x for x in xs if not np.isnan(x)]
+  return float(np.mean(xs)) if xs else float("nan")

@@ -3,7 +3,7 @@
     batch, rollout_metrics = rollout.next_batch(step)   # RolloutSource: tasks, environments, sampler
     metrics = actor.update(batch, step)           # Actor: policy / reference / critic, the update
     metrics |= rollout.publish(step, actor.sampling_weights())
-    if evaluator.due(step, steps): evaluator.run(rollout.play, step)   # Evaluator
+    if evaluator.due(step, steps): evaluator.run(rollout.play, step, ...)   # Evaluator
     checkpointer.save(step, actor.arrays(), state_dict())             # RunCheckpointer
 
 Every ``eval.every`` steps the policy decodes a fixed held-out task set per
@@ -114,9 +114,10 @@ class Trainer:
     self._window_start = end
     return metrics
 
-  def evaluate(self) -> dict:
-    """Held-out success per domain at the current step (`rlpt.evaluation.Evaluator.run`)."""
-    return self.evaluator.run(self.rollout.play, self.step)
+  def evaluate(self, domains: Sequence[str] | None = None) -> dict:
+    """Held-out success per domain at the current step (`rlpt.evaluation.Evaluator.run`);
+    ``domains``: a subset (default every domain)."""
+    return self.evaluator.run(self.rollout.play, self.step, domains)
 
   def answers(self, tasks: Sequence[Task], sampled: bool = False) -> list[dict]:
     """The current policy's answers to ``tasks`` with their verdicts
@@ -151,7 +152,7 @@ class Trainer:
                           tok_s=f"{metrics['throughput/generated_tokens_per_s']:.0f}")
         ev = {}
         if self.evaluator.due(self.step, cfg.steps):
-          ev = self.evaluate()
+          ev = self.evaluate(self.evaluator.domains_at(self.step, cfg.steps))
           self.log.log(self.step, "eval", ev)
           if bar is not None:
             sampled = (f", sampled pass@1 {ev['sampled_success/mean']:.3f}"

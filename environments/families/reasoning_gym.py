@@ -166,6 +166,12 @@ class ReasoningGymDomain(registry.Domain):
                 return Task(key=entry["question"], prompt=entry["question"], demonstration=entry["answer"].strip(), hidden=entry)
         raise RuntimeError(f"{self.spec.id}: no usable reasoning-gym entry in {MAX_REDRAWS} draws")
 
+    def bounded(self, spec: registry.DomainSpec) -> "ReasoningGymDomain":
+        """This domain's tasks whose question fits `spec.max_prompt_chars`
+        (`environments.bounded.register_bounded`): the same generator, seed and
+        split assignment; longer entries are redrawn within the dataset."""
+        return ReasoningGymDomain(spec, self.name, self.level, seed=self.seed)
+
     def grade(self, task: Task, answer: str) -> Grade:
         limit = max(ANSWER_FLOOR, ANSWER_SLACK * len(task.demonstration))
         if len(answer) > limit:
@@ -179,46 +185,6 @@ class ReasoningGymDomain(registry.Domain):
         if score >= PASS_SCORE:
             return passed()
         return failed("incorrect" if score == 0.0 else f"partially correct (score {score:.3f})", reward=score)
-
-
-BOUND_PROBES = 64  # draws that check a bound leaves enough tasks
-BOUND_MIN_SHARE = 1 / 8
-
-
-def register_bounded(domain_id: str, max_prompt_chars: int) -> registry.DomainSpec:
-    """A domain of the tasks of reasoning-gym domain `domain_id` whose question
-    has at most `max_prompt_chars` characters, registered as
-    "<domain_id minus -v0>-p<max_prompt_chars>-v0", for a model whose context
-    holds prompts that long. Its tasks are a subset of `domain_id`'s (same
-    generator, seed and split assignment; longer entries are redrawn), so it is
-    graded and split exactly as they are. Registering the same bound again
-    returns the domain already registered. A bound that leaves fewer than 1 in
-    8 of the entries raises ValueError with the lengths seen."""
-    base = registry.domain(domain_id)
-    if not isinstance(base, ReasoningGymDomain):
-        raise ValueError(f"{domain_id!r} is not a reasoning-gym domain (rlpt/{FAMILY}-<name>-<difficulty>-v0)")
-    if not isinstance(max_prompt_chars, int) or max_prompt_chars <= 0:
-        raise ValueError(f"max_prompt_chars must be a positive int, got {max_prompt_chars!r}")
-    stem = domain_id.removesuffix(f"-v{VERSION}")
-    bounded_id = f"{stem}-p{max_prompt_chars}-v{VERSION}"
-    if registry.is_registered(bounded_id):
-        return registry.get(bounded_id)
-    dataset = base.dataset()
-    rng = np.random.default_rng(0)
-    lengths = sorted(len(e["question"]) for e in (dataset[int(rng.integers(SIZE))] for _ in range(BOUND_PROBES))
-                     if base._usable(e))
-    fits = sum(n <= max_prompt_chars for n in lengths)
-    if fits < BOUND_MIN_SHARE * BOUND_PROBES:
-        raise ValueError(
-            f"{domain_id!r}: only {fits} of {BOUND_PROBES} drawn questions have at most {max_prompt_chars} "
-            f"characters (lengths seen: min {lengths[0] if lengths else 0}, median "
-            f"{lengths[len(lengths) // 2] if lengths else 0}, max {lengths[-1] if lengths else 0}); "
-            "raise the bound or choose an easier level")
-    spec = dataclasses.replace(base.spec, id=bounded_id, max_prompt_chars=max_prompt_chars,
-                               description=f"{base.spec.description}, questions of at most "
-                                           f"{max_prompt_chars} characters")
-    registry.register(ReasoningGymDomain(spec, base.name, base.level, seed=base.seed))
-    return spec
 
 
 def _register() -> None:

@@ -365,6 +365,11 @@ class CurriculumConfig:
   strategy: uniform | fixed (uses domains.weights) | temperature | success_band
     | learning_progress. ``params`` holds the strategy's own knobs, e.g.
     {"low": 0.1, "high": 0.9} for success_band.
+  adaptive_difficulty: the domains' easy / medium / hard variants form
+    ladders; the strategy spreads the batch over ladders and each ladder's
+    draws move up a level when its success reaches ``difficulty["up"]`` and
+    down when it falls to ``difficulty["down"]`` (rlpt.curriculum.difficulty;
+    also "alpha", "min_samples"). Off by default.
   """
 
   strategy: str = "uniform"
@@ -372,6 +377,8 @@ class CurriculumConfig:
   priorities: dict[str, float] = dataclasses.field(default_factory=dict)
   min_share: float = 0.0
   max_share: float = 1.0
+  adaptive_difficulty: bool = False
+  difficulty: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,9 +390,16 @@ class EvalConfig:
   # Draws the held-out tasks: fixed, so runs of every training seed are
   # measured on the same tasks (1: the set seed 0 has always drawn).
   seed: int = 1
+  # 0: every evaluation covers every domain. N > 0 (runs over many domains):
+  # the evaluations before training and after the last step cover every
+  # domain; those between cover N domains each, in turn (domain order,
+  # wrapping), so an evaluation costs N x tasks_per_domain episodes.
+  domains_per_eval: int = 0
 
   def __post_init__(self):
     _require(self.every > 0, f"eval.every must be > 0, got {self.every}.")
+    _require(self.domains_per_eval >= 0,
+             f"eval.domains_per_eval must be >= 0 (0: every domain), got {self.domains_per_eval}.")
     _require(self.tasks_per_domain > 0,
              f"eval.tasks_per_domain must be > 0, got {self.tasks_per_domain}.")
     _require(self.temperature >= 0, f"eval.temperature must be >= 0, got {self.temperature}.")

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from rlpt.curriculum.samplers import DomainSampler
+from rlpt.curriculum.signal import domain_family
 
 
 def domain_metrics(records: Iterable[Mapping], sampler: DomainSampler | None = None,
@@ -21,7 +22,8 @@ def domain_metrics(records: Iterable[Mapping], sampler: DomainSampler | None = N
   sample, only for domains with samples), ``share/<d>`` (fraction of the
   batch, 0 for domains without samples) and, with a sampler, ``weight/<d>``
   (its target share). Domains listed in ``domains`` or by the sampler appear
-  even without samples.
+  even without samples. Per family (``domain_family``) of the domains with
+  samples: ``family_share/<f>`` and ``family_success/<f>`` (over its samples).
   """
   by_domain: dict[str, list[Mapping]] = collections.defaultdict(list)
   for r in records:
@@ -39,4 +41,11 @@ def domain_metrics(records: Iterable[Mapping], sampler: DomainSampler | None = N
   if sampler is not None:
     for d, w in sampler.weights().items():
       out[f"weight/{d}"] = w
+    out.update(sampler.metrics())
+  families: dict[str, list[float]] = collections.defaultdict(list)
+  for d, rows in by_domain.items():
+    families[domain_family(d)].extend(float(r["success"]) for r in rows)
+  for f, xs in sorted(families.items()):
+    out[f"family_share/{f}"] = len(xs) / total
+    out[f"family_success/{f}"] = float(np.mean(xs))
   return out

@@ -108,6 +108,10 @@ class DomainSampler(abc.ABC):
         self._observe(self._index[d], v)
     self._refresh()
 
+  def metrics(self) -> dict[str, float]:
+    """The strategy's own figures to log each step (none by default)."""
+    return {}
+
   def _stats(self) -> dict:
     return {}
 
@@ -310,6 +314,10 @@ class LearningProgressSampler(_EMASampler):
 
 
 _COMMON = ("priorities", "min_share", "max_share")
+# Strategies that take no per-domain-id parameters, so they can spread over
+# difficulty ladders; and the ladders' own parameters (DifficultyLadders).
+ADAPTIVE_STRATEGIES = ("uniform", "success_band", "learning_progress")
+DIFFICULTY_PARAMS = ("up", "down", "alpha", "min_samples")
 
 
 def strategy_params(strategy: str) -> list[str]:
@@ -338,7 +346,31 @@ def make_domain_sampler(strategy: str, domains: Sequence[str], **params) -> Doma
 def sampler_from_config(curriculum, domains) -> DomainSampler:
   """The DomainSampler of a run's ``curriculum`` section (rlpt.config.CurriculumConfig)
   over its ``domains`` section (ids, and weights for strategy "fixed"); a fresh
-  one each call. A mistake raises ValueError naming the config key."""
+  one each call; with ``curriculum.adaptive_difficulty`` the strategy spreads
+  the batch over difficulty ladders (rlpt.curriculum.difficulty). A mistake
+  raises ValueError naming the config key."""
+  if curriculum.adaptive_difficulty:
+    from rlpt.curriculum.difficulty import DifficultyLadders
+    if curriculum.strategy not in ADAPTIVE_STRATEGIES:
+      raise ValueError(f"curriculum.adaptive_difficulty=True works with curriculum.strategy in "
+                       f"{ADAPTIVE_STRATEGIES} (they spread over ladders, not over domain ids), "
+                       f"got '{curriculum.strategy}'.")
+    if curriculum.priorities:
+      raise ValueError("curriculum.priorities name domain ids; with curriculum."
+                       "adaptive_difficulty=True the strategy spreads over ladders: leave "
+                       "priorities empty.")
+    unknown = sorted(set(curriculum.difficulty) - set(DIFFICULTY_PARAMS))
+    if unknown:
+      raise ValueError(f"curriculum.difficulty does not take {unknown}; it takes "
+                       f"{list(DIFFICULTY_PARAMS)}.")
+
+    def inner(ladders):
+      return make_domain_sampler(curriculum.strategy, ladders, min_share=curriculum.min_share,
+                                 max_share=curriculum.max_share, **dict(curriculum.params))
+    try:
+      return DifficultyLadders(inner, domains.ids, **dict(curriculum.difficulty))
+    except ValueError as e:
+      raise ValueError(f"curriculum: {e}") from None
   params = dict(curriculum.params)
   if curriculum.strategy == "fixed":
     if not domains.weights:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from rlpt.metrics.report import plot_eval_curves, success_table
+from rlpt.metrics.report import (domain_rows, plot_eval_curves, plot_share_heatmap, success_table,
+                                 write_csv)
 from rlpt.metrics.writer import JsonlLog, MetricsWriter
 
 
@@ -56,17 +57,26 @@ class RunLog:
                                       "checkpoint/blocked_seconds": t.blocked})
 
   def report(self, step: int) -> dict:
-    """The held-out success table (first evaluation vs last), the curves PNG
-    and ``summary.md``; returns {"base", "final", "table"}."""
+    """The end-of-run artefacts in ``workdir``: ``summary.md`` (held-out success,
+    first evaluation vs last, per domain sorted by gain), ``domains.csv`` (the
+    same with each domain's training share, informative groups, tokens,
+    environment seconds and evaluated tasks), ``eval_success.png`` (curves per
+    domain, or per family past 12 domains) and ``domain_shares.png`` (each
+    domain's sampling share over steps). Returns {"base", "final", "table", "domains"}."""
     evals = [{k: v for k, v in row.items() if k != "step"} for row in self.history["eval"]]
     base, final = evals[0], evals[-1]
     table = success_table(base, final, self.domains)
+    rows = domain_rows(base, final, self.domains, self.history["train"], self.history["eval"])
     if self.primary:
       plot_eval_curves(self.history["eval"], self.domains,
                        os.path.join(self.workdir, "eval_success.png"))
+      if self.history["train"]:
+        plot_share_heatmap(self.history["train"], self.domains,
+                           os.path.join(self.workdir, "domain_shares.png"))
+      write_csv(rows, os.path.join(self.workdir, "domains.csv"))
       with open(os.path.join(self.workdir, "summary.md"), "w") as f:
         f.write(f"# Held-out success: base vs after {step} RL steps\n\n{table}\n")
-    return {"base": base, "final": final, "table": table}
+    return {"base": base, "final": final, "table": table, "domains": rows}
 
   def close(self) -> None:
     if self.writer is not None:

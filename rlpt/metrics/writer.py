@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -12,6 +13,20 @@ import numpy as np
 
 def _scalar(v) -> float:
   return float(np.asarray(v))
+
+
+_DOMAIN_KEY = re.compile(r"^(?P<metric>[^/]+)/rlpt/(?P<family>[a-z0-9]+)-(?P<rest>.+)$")
+
+
+def tensorboard_tag(kind: str, key: str) -> str:
+  """TensorBoard groups charts by a tag's first part: a per-domain metric
+  ``<metric>/rlpt/<family>-<rest>`` goes to group ``<kind>.<family>`` as
+  ``<kind>.<family>/<metric>/<rest>``, so hundreds of domains make a dozen
+  groups of charts instead of one; every other metric is ``<kind>/<key>``."""
+  m = _DOMAIN_KEY.match(key)
+  if m is None:
+    return f"{kind}/{key}"
+  return f"{kind}.{m['family']}/{m['metric']}/{m['rest']}"
 
 
 class JsonlLog:
@@ -57,7 +72,7 @@ class JsonlLog:
 
 class MetricsWriter:
   """One JSON object per ``write`` call (``{"step": ..., "kind": ..., **metrics}``)
-  in ``metrics.jsonl`` plus TensorBoard scalars tagged ``kind/name``. Only
+  in ``metrics.jsonl`` plus TensorBoard scalars (``tensorboard_tag``). Only
   process 0 should own one. ``rewind`` as `JsonlLog`'s (TensorBoard event
   files are append-only and keep both attempts)."""
 
@@ -75,7 +90,7 @@ class MetricsWriter:
       x = _scalar(v)
       row[k] = x if math.isfinite(x) else str(x)
       if self._tb is not None:
-        self._tb.add_scalar(f"{kind}/{k}", x, int(step))
+        self._tb.add_scalar(tensorboard_tag(kind, k), x, int(step))
     self._log.append(row)
 
   def rewind(self, last_step: int) -> int:

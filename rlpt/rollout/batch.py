@@ -14,6 +14,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from rlpt.curriculum.signal import SUM_PREFIX
 from rlpt.tokenizers import Tokenizer
 
 
@@ -140,7 +141,7 @@ class RolloutBatch:
   ``stopped`` (overlong shaping); ``version``, the policy version that sampled
   each row (None when the whole batch came from the current one); ``records``,
   a dict per row (domain, task seed and split, reward, success, verdict,
-  infra_error, length, turns). `FIELDS` declares each array field's kind:
+  infra_error, length, turns, env_s: its environment seconds). `FIELDS` declares each array field's kind:
   `pad_to`, `concat` and `take` treat every field by it, so a new field is
   declared there once.
   """
@@ -224,8 +225,8 @@ def merge_parts(parts, group_size: int, pad_id: int):
   parts: (prompt indices, RolloutBatch, metrics) per part, each batch's rows
   being each prompt's ``group_size`` samples in the part's order. Returns
   (RolloutBatch, metrics) with rows back in prompt order, every part padded
-  to the widest; times and counts add up over parts, per-sample rates are
-  weighted by rows.
+  to the widest; times, counts and signal sums add up over parts, per-sample
+  rates are weighted by rows.
   """
   rows = np.concatenate([(np.asarray(idx)[:, None] * group_size + np.arange(group_size)).ravel()
                          for idx, _, _ in parts])
@@ -234,5 +235,6 @@ def merge_parts(parts, group_size: int, pad_id: int):
   n = len(batch)
   for _, b, t in parts:
     for k, x in t.items():
-      metrics[k] += x if k.startswith("time/") or k == "rollout/sampler_calls" else x * len(b) / n
+      summed = k.startswith(("time/", SUM_PREFIX)) or k == "rollout/sampler_calls"
+      metrics[k] += x if summed else x * len(b) / n
   return batch, metrics

@@ -63,7 +63,7 @@ class Graded(NamedTuple):
 class Episode:
   """One environment instance held from reset until its episode ends."""
 
-  __slots__ = ("task", "prompt", "info", "env", "done", "reward", "turns", "actions")
+  __slots__ = ("task", "prompt", "info", "env", "done", "reward", "turns", "actions", "env_s")
 
   def __init__(self, task: Task, env, prompt: str, info: dict):
     self.task, self.env, self.prompt, self.info = task, env, prompt, info
@@ -71,6 +71,7 @@ class Episode:
     self.reward = 0.0  # sum of the rewards of every step so far
     self.turns = 0
     self.actions: list[str] = []  # accepted actions, replayed after an infrastructure failure
+    self.env_s = 0.0  # seconds its environment steps ran in a worker (retries included)
 
 
 class Step(NamedTuple):
@@ -78,12 +79,14 @@ class Step(NamedTuple):
 
   observation: text to append to the conversation when the episode goes on
   ("" when it ended). graded: the verdict of this step, with ``reward`` the
-  episode's total so far.
+  episode's total so far. env_s: the seconds the episode's environment steps
+  have run so far (failed attempts included).
   """
 
   observation: str
   done: bool
   graded: Graded
+  env_s: float = 0.0
 
 
 def check_step(episodes: Sequence, actions: Sequence[str]) -> None:
@@ -228,6 +231,7 @@ class EnvPool:
     episode.turns += 1
     episode.reward += float(reward)
     episode.done = bool(terminated or truncated)
+    episode.env_s += seconds
     with self._lock:
       self._latency[episode.task.domain].append(seconds)
     graded = Graded(episode.reward, bool(info.get("success", reward >= 1.0)),
@@ -236,7 +240,7 @@ class EnvPool:
       self._release(episode.task.domain, episode.env)
       episode.env = None
       obs = ""
-    return Step(obs, episode.done, graded)
+    return Step(obs, episode.done, graded, episode.env_s)
 
   def _fail(self, episode: Episode, graded: Graded) -> Step:
     """Ends an episode on an infrastructure failure; its env is not reused."""
@@ -248,7 +252,7 @@ class EnvPool:
         pass
     with self._lock:
       self._counts["masked"] += 1
-    return Step("", True, graded)
+    return Step("", True, graded, episode.env_s)
 
   # -- public API ------------------------------------------------------------
 
@@ -432,6 +436,8 @@ class PendingSteps:
     try:
       result, env, seconds = fut.result()
       infra = bool(result[4].get("infra_error", False))
+      if infra:
+        ep.env_s += seconds  # a failed attempt's time is spent too
       failure = (_infra_failure(RuntimeError(result[4].get("feedback", "infra error")))
                  if infra else None)
     except JobTimeout as e:

@@ -43,7 +43,7 @@ from rlpt.rollout.batch import SequenceBatch, build_episode_sequences, encode_pr
 class EpisodeBatch(NamedTuple):
   seq: SequenceBatch   # the conversations as one right-padded token batch
   final: list          # each episode's last Graded verdict
-  stats: dict          # per-episode arrays: turns, generated, overflow, last_len, stopped
+  stats: dict          # per-episode arrays: turns, env_s, generated, overflow, last_len, stopped
   timings: dict        # time/reset, time/generate, time/environments, rollout/sampler_calls
 
 
@@ -131,7 +131,8 @@ class EpisodeRunner:
     while width < max(len(c) for c in st.ctx):
       width += self.bucket
     seq = build_episode_sequences(st.ctx, st.model, st.logps, width, self.tokenizer.pad_id)
-    stats = {"turns": [ep.turns for ep in episodes], "generated": st.generated,
+    stats = {"turns": [ep.turns for ep in episodes], "env_s": [ep.env_s for ep in episodes],
+             "generated": st.generated,
              "overflow": st.overflow, "last_len": st.last_len, "stopped": st.stopped}
     timings["rollout/sampler_calls"] = float(calls)
     return EpisodeBatch(seq, st.final, stats, dict(timings))

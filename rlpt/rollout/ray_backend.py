@@ -111,7 +111,8 @@ class _ActorBody:
 class RemoteEpisode:
   """The driver's view of an episode living on an actor (same fields as `Episode`)."""
 
-  __slots__ = ("task", "prompt", "info", "done", "reward", "turns", "actions", "actor", "eid")
+  __slots__ = ("task", "prompt", "info", "done", "reward", "turns", "actions", "actor", "eid",
+               "env_s", "env_base")
 
   def __init__(self, task: Task, prompt: str, info: dict, actor: int, eid: int):
     self.task, self.prompt, self.info = task, prompt, info
@@ -120,6 +121,8 @@ class RemoteEpisode:
     self.reward = 0.0
     self.turns = 0
     self.actions: list[str] = []
+    # Seconds its environment steps ran: on earlier (lost) actors, and in all.
+    self.env_base = self.env_s = 0.0
 
 
 class RayEnvPool:
@@ -218,6 +221,7 @@ class RayEnvPool:
                                [episodes[k].actions for k in lost])
       for j, k in enumerate(lost):
         episodes[k].actor, episodes[k].eid = rebuilt[j][0], rebuilt[j][1]
+        episodes[k].env_base = episodes[k].env_s  # the new actor's episode counts afresh
       self._counts["rebuilt_episodes"] += len(lost)
       todo = lost
     for k in todo:
@@ -238,6 +242,7 @@ class RayEnvPool:
       ep.actions.append(action)
     ep.turns += 1
     ep.reward = s.graded.reward
+    ep.env_s = ep.env_base + s.env_s
     if s.done:
       ep.done = True
       self._load[ep.actor] -= 1

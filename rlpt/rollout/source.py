@@ -34,6 +34,7 @@ from jax.sharding import Mesh
 from rlpt.config import (CurriculumConfig, DomainsConfig, EnvConfig, RLConfig, RolloutConfig,
                          SpeculativeConfig)
 from rlpt.curriculum import domain_metrics, sampler_from_config
+from rlpt.curriculum.signal import flat_sums, pop_sums, signal_metrics, signal_sums
 from rlpt.data import TaskSampler, TaskStream
 from rlpt.keys import run_key
 from rlpt.models import ModelConfig
@@ -177,8 +178,9 @@ class RolloutSource:
                                                 params=params, key=key, bucket_rows=bucket_rows)
     records = tuple(dict(domain=tk.domain, seed=tk.seed, split=tk.split, reward=float(x.reward),
                          success=float(x.success), verdict=x.verdict, infra_error=x.infra_error,
-                         length=int(n), turns=int(k))
-                    for tk, x, n, k in zip(tasks_b, graded, ep_stats["generated"], ep_stats["turns"]))
+                         length=int(n), turns=int(k), env_s=float(sec))
+                    for tk, x, n, k, sec in zip(tasks_b, graded, ep_stats["generated"],
+                                                ep_stats["turns"], ep_stats["env_s"]))
     batch = RolloutBatch(
         tokens=seq.tokens, loss_mask=seq.loss_mask, old_logp=seq.logp,
         rewards=np.array([x.reward for x in graded], np.float32),
@@ -188,6 +190,9 @@ class RolloutSource:
     metrics = collections.defaultdict(float, metrics)
     metrics["rollout/turns"] = float(np.mean(ep_stats["turns"]))
     metrics["rollout/context_overflow"] = float(np.mean(ep_stats["overflow"]))
+    # Every rollout's compute and signal, kept or not (dynamic sampling's extra
+    # attempts count too); turned into shares when the batch is served.
+    metrics.update(flat_sums(signal_sums(records, g)))
     return batch, metrics
 
   def rollout(self, params=None, key=None) -> tuple[RolloutBatch, dict]:
@@ -263,6 +268,7 @@ class RolloutSource:
   def _serve(self, step: int, batch: RolloutBatch, metrics: dict) -> tuple[RolloutBatch, dict]:
     """Hands out the batch of update ``step`` (kept until its ``publish``)."""
     self._served[step] = batch
+    metrics.update(signal_metrics(pop_sums(metrics)))
     gen_tokens = sum(r["length"] for r in batch.records)
     metrics["throughput/generated_tokens_per_s"] = gen_tokens / max(metrics["time/generate"], 1e-9)
     return batch, metrics

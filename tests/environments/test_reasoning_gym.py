@@ -8,6 +8,7 @@ import pytest
 
 import environments  # noqa: F401  (registers domains)
 from environments import registry, splits
+from environments.bounded import register_bounded
 from environments.families import reasoning_gym as rgf
 from environments.verdicts import Task, Verdict
 
@@ -121,9 +122,9 @@ def test_unusable_entries_are_redrawn():
 
 def test_bounded_variant_is_a_subset_of_its_domain():
     base_id = "rlpt/rg-basic-arithmetic-medium-v0"
-    spec = rgf.register_bounded(base_id, 40)
+    spec = register_bounded(base_id, 40)
     assert spec.id == "rlpt/rg-basic-arithmetic-medium-p40-v0" and spec.max_prompt_chars == 40
-    assert rgf.register_bounded(base_id, 40) == spec  # again: the same domain
+    assert register_bounded(base_id, 40) == spec  # again: the same domain
     base, bounded = registry.domain(base_id), registry.domain(spec.id)
     # Same generator and seed: every bounded task is one of the base's tasks, split alike.
     env = gymnasium.make(spec.id)
@@ -133,7 +134,51 @@ def test_bounded_variant_is_a_subset_of_its_domain():
         assert len(obs) <= 40 and splits.split_of(obs) == split
         assert env.step(info["demonstration"])[4]["verdict"] == "PASS"
     assert all(bounded.dataset()[i] == base.dataset()[i] for i in (0, 5, 2**30))
-    with pytest.raises(ValueError, match=r"only \d+ of 64 drawn questions have at most 10 characters"):
-        rgf.register_bounded(base_id, 10)
-    with pytest.raises(ValueError, match="is not a reasoning-gym domain"):
-        rgf.register_bounded("rlpt/math-add-easy-v0", 40)
+    assert isinstance(bounded, rgf.ReasoningGymDomain)  # reasoning-gym's own cut
+    with pytest.raises(ValueError, match=r"only \d+ of 64 drawn tasks have prompts of at most 10 characters"):
+        register_bounded(base_id, 10)
+
+
+def test_any_domain_can_be_bounded():
+    """A built-in domain (no cut of its own) wrapped by BoundedDomain: a subset of
+    its tasks with the same content, split and verdicts; a domain whose spec
+    already fits is returned as it is."""
+    from environments.bounded import BoundedDomain
+    base_id = "rlpt/strings-reverse-hard-v0"
+    lengths = sorted(len(registry.domain(base_id).sample(np.random.default_rng(s)).prompt)
+                     for s in range(64))
+    bound = lengths[len(lengths) // 2]  # about half fit
+    spec = register_bounded(base_id, bound)
+    assert spec.id == f"rlpt/strings-reverse-hard-p{bound}-v0"
+    assert isinstance(registry.domain(spec.id), BoundedDomain)
+    env, plain = gymnasium.make(spec.id), gymnasium.make(base_id)
+    for seed in range(30):
+        split = "eval" if seed % 3 == 0 else "train"
+        obs, info = env.reset(seed=seed, options={"split": split})
+        assert len(obs) <= bound and splits.split_of(obs) == split
+        assert env.step(info["demonstration"])[4]["verdict"] == "PASS"
+        assert env.reset(seed=seed, options={"split": split})[0] == obs  # deterministic
+    # A task that fits in the base's first draw is the base's task for that seed.
+    same = 0
+    for seed in range(30):
+        a = plain.reset(seed=seed, options={"split": "train"})[0]
+        b = env.reset(seed=seed, options={"split": "train"})[0]
+        same += a == b
+        assert len(a) > bound or a == b
+    assert same > 0
+    small = registry.get("rlpt/math-add-easy-v0")
+    assert register_bounded(small.id, small.max_prompt_chars) == small
+    # A demonstration bound: every task's answer fits too; the tasks stay the base's.
+    demos = sorted(len(registry.domain(base_id).sample(np.random.default_rng(s)).demonstration)
+                   for s in range(64))
+    cut = demos[len(demos) // 2]
+    both = register_bounded(base_id, bound, max_demo_chars=cut)
+    assert both.id == f"rlpt/strings-reverse-hard-p{bound}-d{cut}-v0"
+    env = gymnasium.make(both.id)
+    for seed in range(20):
+        obs, info = env.reset(seed=seed, options={"split": "train"})
+        assert len(obs) <= bound and len(info["demonstration"]) <= cut
+    with pytest.raises(ValueError, match=r"and demonstrations of at most 1 \(prompt lengths"):
+        register_bounded(base_id, bound, max_demo_chars=1)
+    with pytest.raises(ValueError, match="max_prompt_chars must be a positive int"):
+        register_bounded(base_id, 0)

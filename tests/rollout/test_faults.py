@@ -95,3 +95,21 @@ def test_environment_that_raises(retries):
     assert pool.stats()["env/masked"] == (3 if retries == 0 else 0)
   finally:
     pool.close()
+
+
+def test_environment_seconds_are_recorded_per_episode():
+  """Each episode's environment seconds (``Step.env_s``): the signal accounting's compute."""
+  pool = EnvPool([REVERSE], workers=2)
+  try:
+    eps, demos = _demo_batch(pool, REVERSE, 4)
+    step = eps[0].env.step
+
+    def slow(action):
+      time.sleep(0.2)
+      return step(action)
+    eps[0].env.step = slow
+    steps = pool.step(eps, demos)
+    assert steps[0].env_s >= 0.2 and eps[0].env_s == steps[0].env_s
+    assert all(0 < s.env_s < 0.2 for s in steps[1:])
+  finally:
+    pool.close()

@@ -52,6 +52,8 @@ def test_killed_actor_mid_episode_is_rebuilt_by_replay(pool):
   ray.kill(pool.actors[victim])
   steps = pool.step(eps, [e.info["demonstration"] for e in eps])
   assert all(s.done and s.graded.success for s in steps)
+  # Environment seconds come back from the actors (rebuilt episodes included).
+  assert all(e.env_s > 0 for e in eps) and all(s.env_s > 0 for s in steps)
   stats = pool.stats()
   assert stats["env/actor_restarts"] == 1
   assert stats["env/rebuilt_episodes"] == on_victim

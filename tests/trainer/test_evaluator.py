@@ -63,7 +63,35 @@ def test_success_means_chunks_and_keys():
       per[d] = np.mean([t.seed % 2 == 0 for t in graded]) if graded else np.nan
       np.testing.assert_allclose(out[f"{prefix}/{d}"], per[d])
     np.testing.assert_allclose(out[f"{prefix}/mean"], np.nanmean(list(per.values())))
-  assert set(_evaluator(sampled=False).run(Script(), 7)) == {f"success/{d}" for d in DOMAINS} | {"success/mean"}
+    for d in DOMAINS:  # each domain is its own family here
+      np.testing.assert_allclose(out[f"family_{prefix}/{d.split('/')[1].split('-')[0]}"], per[d])
+  assert out["eval/domains"] == 2 and out["eval/tasks"] == 10
+  assert set(_evaluator(sampled=False).run(Script(), 7)) == (
+      {f"success/{d}" for d in DOMAINS} | {"success/mean", "family_success/math",
+                                           "family_success/strings", "eval/domains", "eval/tasks"})
+
+
+def test_rotating_subsets_cover_every_domain_in_turn():
+  domains = tuple(f"rlpt/f{i % 2}-d{i}-easy-v0" for i in range(5))
+  ev = Evaluator(EvalConfig(every=10, tasks_per_domain=2, domains_per_eval=2), domains, seed=0,
+                 batch_size=4, greedy=GREEDY, sampled=SAMPLED, tokenizer=ByteTokenizer())
+  # Full passes before training and after the last step; pairs in turn between.
+  assert ev.domains_at(0, 60) == domains and ev.domains_at(60, 60) == domains
+  assert [ev.domains_at(s, 60) for s in (10, 20, 30, 40, 50)] == [
+      domains[0:2], domains[2:4], (domains[4], domains[0]), domains[1:3], domains[3:5]]
+  assert ev.domains_at(55, 55) == domains  # the last step, off the schedule: full
+  play = Script()
+  out = ev.run(play, 20, ev.domains_at(20, 60))
+  assert out["eval/domains"] == 2 and out["eval/tasks"] == 4
+  assert {k for k in out if k.startswith("success/")} == {
+      "success/rlpt/f0-d2-easy-v0", "success/rlpt/f1-d3-easy-v0", "success/mean"}
+  assert {k for k in out if k.startswith("family_success/")} == {"family_success/f0",
+                                                                 "family_success/f1"}
+  assert sum(c[0] for c in play.calls) == 2 * 4  # one padded chunk per measure
+  with pytest.raises(ValueError, match=r"cannot evaluate \['x'\]"):
+    ev.run(play, 20, ["x"])
+  # Off by default: every evaluation covers every domain.
+  assert _evaluator().domains_at(10, 60) == DOMAINS
 
 
 def test_fixed_tasks_and_schedule():

@@ -1,0 +1,131 @@
+"""Any domain, cut to the tasks that fit a context: `register_bounded`.
+
+A small model's context holds prompts of a few hundred characters and
+answers of a few dozen; many domains draw longer ones now and then (or
+always). `register_bounded(id, n)` registers "<id minus -vN>-p<n>-vN": the
+same generator, verifier and split assignment, with tasks whose prompt is
+longer than `n` characters redrawn, so its tasks are a subset of the
+original's (same content, same split, same grading). `max_demo_chars=m` also
+redraws tasks whose demonstration (one correct answer) is longer than `m`
+("-p<n>-d<m>-vN"): a model that writes at most m characters could not solve
+them. A domain whose spec already bounds its prompts by `n` (and that has no
+demonstration bound to apply) is returned as it is. A family may give its
+domains their own prompt cut (`Domain.bounded`: reasoning-gym redraws within
+its dataset); every other cut is a `BoundedDomain`.
+
+    spec = register_bounded("rlpt/rg-chain-sum-medium-v0", 126)
+    gymnasium.make(spec.id)                   # prompts of at most 126 characters
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from environments import registry
+from environments.verdicts import Grade, Task, ToolReply
+
+PROBES = 64            # draws that check a bound leaves enough of a domain's tasks
+MIN_SHARE = 1 / 8      # ... at least this share of them
+# Redraws before a reset gives up: at a 1-in-8 share, (7/8)^1024 ~ 1e-59.
+MAX_REDRAWS = 1024
+
+
+class BoundedDomain(registry.Domain):
+    """`base`'s tasks whose prompt has at most `spec.max_prompt_chars` characters
+    (and whose demonstration has at most `max_demo_chars`, if given)."""
+
+    def __init__(self, spec: registry.DomainSpec, base: registry.Domain,
+                 max_demo_chars: int | None = None):
+        self.spec, self.base, self.max_demo_chars = spec, base, max_demo_chars
+
+    def _fits(self, task: Task | None) -> bool:
+        return task is not None and fits(task, self.spec.max_prompt_chars, self.max_demo_chars)
+
+    def sample(self, rng: np.random.Generator) -> Task:
+        for _ in range(MAX_REDRAWS):
+            task = self.base.sample(rng)
+            if self._fits(task):
+                return task
+        raise RuntimeError(f"{self.spec.id}: no prompt of at most {self.spec.max_prompt_chars} "
+                           f"characters in {MAX_REDRAWS} draws")
+
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task | None:
+        task = self.base.sample_in_split(rng, split)
+        if task is None:
+            return None  # the base splits by content hash: `splits.draw` redraws `sample`
+        for _ in range(MAX_REDRAWS):
+            if self._fits(task):
+                return task
+            task = self.base.sample_in_split(rng, split)
+        raise RuntimeError(f"{self.spec.id}: no {split!r} prompt of at most "
+                           f"{self.spec.max_prompt_chars} characters in {MAX_REDRAWS} draws")
+
+    def grade(self, task: Task, answer: str) -> Grade | ToolReply:
+        return self.base.grade(task, answer)
+
+
+def fits(task: Task, max_prompt_chars: int, max_demo_chars: int | None = None) -> bool:
+    return (len(task.prompt) <= max_prompt_chars
+            and (max_demo_chars is None or len(task.demonstration) <= max_demo_chars))
+
+
+def bounded_id(domain_id: str, max_prompt_chars: int, max_demo_chars: int | None = None) -> str:
+    stem, sep, version = domain_id.rpartition("-v")
+    if not (sep and version.isdigit()):
+        raise ValueError(f"domain id {domain_id!r} does not end in -v<N>")
+    demo = f"-d{max_demo_chars}" if max_demo_chars is not None else ""
+    return f"{stem}-p{max_prompt_chars}{demo}-v{version}"
+
+
+def probe(domain: registry.Domain, probes: int = PROBES) -> list[Task]:
+    """`probes` tasks drawn with a fixed rng."""
+    rng = np.random.default_rng(0)
+    return [domain.sample(rng) for _ in range(probes)]
+
+
+def _median(xs: list[int]) -> int:
+    return sorted(xs)[len(xs) // 2]
+
+
+def register_bounded(domain_id: str, max_prompt_chars: int,
+                     max_demo_chars: int | None = None) -> registry.DomainSpec:
+    """The spec of a registered domain with `domain_id`'s tasks of at most
+    `max_prompt_chars` prompt characters (and `max_demo_chars` demonstration
+    characters; see the module doc). Registering the same bounds again returns
+    the domain already registered. Bounds that leave fewer than 1 in 8 of the
+    probed tasks raise ValueError with the lengths seen."""
+    for name, v in (("max_prompt_chars", max_prompt_chars), ("max_demo_chars", max_demo_chars)):
+        if v is not None and (not isinstance(v, int) or v <= 0):
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    base = registry.domain(domain_id)
+    if max_demo_chars is not None and base.spec.max_answer_chars <= max_demo_chars:
+        max_demo_chars = None  # its graded answers, demonstrations included, are that short
+    if base.spec.max_prompt_chars <= max_prompt_chars and max_demo_chars is None:
+        return base.spec
+    new_id = bounded_id(domain_id, max_prompt_chars, max_demo_chars)
+    if registry.is_registered(new_id):
+        return registry.get(new_id)
+    tasks = probe(base)
+    ok = sum(fits(t, max_prompt_chars, max_demo_chars) for t in tasks)
+    if ok < MIN_SHARE * len(tasks):
+        prompts, demos = [len(t.prompt) for t in tasks], [len(t.demonstration) for t in tasks]
+        demo = (f" and demonstrations of at most {max_demo_chars}"
+                if max_demo_chars is not None else "")
+        raise ValueError(
+            f"{domain_id!r}: only {ok} of {len(tasks)} drawn tasks have prompts of at most "
+            f"{max_prompt_chars} characters{demo} (prompt lengths: min {min(prompts)}, median "
+            f"{_median(prompts)}, max {max(prompts)}; demonstrations: min {min(demos)}, median "
+            f"{_median(demos)}, max {max(demos)}); raise the bounds or choose an easier level")
+    demo = f" and answers of at most {max_demo_chars}" if max_demo_chars is not None else ""
+    spec = dataclasses.replace(base.spec, id=new_id,
+                               max_prompt_chars=min(max_prompt_chars, base.spec.max_prompt_chars),
+                               description=f"{base.spec.description}, prompts of at most "
+                                           f"{max_prompt_chars} characters{demo}")
+    own = getattr(base, "bounded", None)
+    if own is not None and max_demo_chars is None:
+        registry.register(own(spec))
+    else:
+        registry.register(BoundedDomain(spec, base, max_demo_chars))
+    return spec
