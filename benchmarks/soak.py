@@ -6,8 +6,9 @@ Runs ``launch.train --config=experiments/grpo_all_domains.py`` (every
 registered domain, the sandbox pools in use) and every ``--every`` seconds
 samples the trainer's process tree: open file descriptors, processes,
 threads, resident memory, and the sandbox's work directories (the
-``rlpt-sandbox-*`` roots and their ``job-*`` folders under the temp
-directory). After ``--seconds`` the run is stopped (SIGTERM, then SIGKILL).
+``rlpt-sandbox-*`` roots and their ``job-*`` folders, in the temp directory
+the run is given, WORKDIR/tmp, and in each sandbox worker's own /tmp). After ``--seconds`` the run is
+stopped (SIGTERM, then SIGKILL) and what it left in WORKDIR/tmp is counted.
 Prints first / last / max of each and the verdict counts: every
 infrastructure failure must have been retried away (``infra_errors`` 0 on
 every logged step). Writes WORKDIR/soak.json.
@@ -21,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 from absl import app, flags
@@ -60,10 +60,30 @@ def _status(pid: int) -> dict[str, str]:
     return dict(line.split(":", 1) for line in f if ":" in line)
 
 
-def sample(pid: int) -> dict[str, float]:
-  """The process tree of ``pid``: fds, processes, threads, RSS (MiB); sandbox dirs."""
+def sandbox_dirs(pids, tmp: str) -> tuple[int, int]:
+  """(sandbox roots, job folders in them): under ``tmp`` and under each
+  process's own /tmp (the sandbox's workers run in mount namespaces of their
+  own, seen through /proc/<pid>/root), each folder counted once."""
+  seen, jobs = set(), 0
+  for base in [tmp] + [f"/proc/{p}/root/tmp" for p in pids]:
+    for root in glob.glob(os.path.join(base, "rlpt-sandbox-*")):
+      try:
+        st = os.stat(root)
+      except OSError:
+        continue
+      if (st.st_dev, st.st_ino) in seen:
+        continue
+      seen.add((st.st_dev, st.st_ino))
+      jobs += len(glob.glob(os.path.join(root, "job-*")))
+  return len(seen), jobs
+
+
+def sample(pid: int, tmp: str) -> dict[str, float]:
+  """The process tree of ``pid``: fds, processes, threads, RSS (MiB); the
+  sandbox's folders (``sandbox_dirs``)."""
   fds = threads = rss_kib = procs = 0
-  for p in tree(pid):
+  pids = tree(pid)
+  for p in pids:
     try:
       st = _status(p)
       fds += len(os.listdir(f"/proc/{p}/fd"))
@@ -72,10 +92,9 @@ def sample(pid: int) -> dict[str, float]:
     procs += 1
     threads += int(st.get("Threads", "0").strip() or 0)
     rss_kib += int(st.get("VmRSS", "0 kB").split()[0])
-  roots = glob.glob(os.path.join(tempfile.gettempdir(), "rlpt-sandbox-*"))
-  jobs = sum(len(glob.glob(os.path.join(r, "job-*"))) for r in roots)
+  roots, jobs = sandbox_dirs(pids, tmp)
   return {"open_fds": fds, "processes": procs, "threads": threads, "rss_mib": rss_kib / 1024,
-          "sandbox_roots": len(roots), "sandbox_job_dirs": jobs}
+          "sandbox_roots": roots, "sandbox_job_dirs": jobs}
 
 
 def main(_):
@@ -89,12 +108,16 @@ def main(_):
          f"--config.steps={_STEPS.value}", "--config.progress=False",
          "--config.checkpoint.every=25", "--config.eval.every=100"]
   print(" ".join(cmd[1:]), flush=True)
+  # The run's own temp folder: the sandbox's work folders are counted there only.
+  tmp = os.path.join(workdir, "tmp")
+  os.makedirs(tmp)
   log = open(os.path.join(workdir, "train.log"), "w")
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                          env={**os.environ, "TMPDIR": tmp})
   samples, t0 = [], time.monotonic()
   try:
     while time.monotonic() - t0 < _SECONDS.value and proc.poll() is None:
-      s = {"t": round(time.monotonic() - t0, 1), **sample(proc.pid)}
+      s = {"t": round(time.monotonic() - t0, 1), **sample(proc.pid, tmp)}
       samples.append(s)
       print(json.dumps(s), flush=True)
       time.sleep(max(0.0, _EVERY.value - (time.monotonic() - t0 - s["t"])))
@@ -107,6 +130,7 @@ def main(_):
         proc.kill()
         proc.wait()
     log.close()
+  left = sample(os.getpid(), tmp)  # after the run: what it left behind (host side)
   if proc.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL):
     with open(os.path.join(workdir, "train.log")) as f:
       raise SystemExit(f"the run failed (exit {proc.returncode}):\n{''.join(f.readlines()[-30:])}")
@@ -125,12 +149,15 @@ def main(_):
       "infra_errors": sum(r.get("infra_errors", 0.0) for r in train),
       "retries": sum(r.get("env/retries", 0.0) for r in train),
       "timeouts": sum(r.get("env/timeouts", 0.0) for r in train),
-      "domains": sum(k.startswith("share/") for k in train[0]) if train else 0}
+      "domains": sum(k.startswith("share/") for k in train[0]) if train else 0,
+      "left_behind": {"sandbox_roots": left["sandbox_roots"],
+                      "sandbox_job_dirs": left["sandbox_job_dirs"]}}
   with open(os.path.join(workdir, "soak.json"), "w") as f:
     json.dump(result, f, indent=1)
   print(f"\n{result['steps']} steps over {result['domains']} domains in {_SECONDS.value} s; "
         f"infrastructure failures left after retries: {result['infra_errors']:.0f} "
         f"(retried {result['retries']:.0f}, hung {result['timeouts']:.0f})")
+  print(f"left behind after SIGTERM: {result['left_behind']}")
   print("| | first | last | max |\n|---|---:|---:|---:|")
   for k, v in summary.items():
     print(f"| {k} | {v['first']:.0f} | {v['last']:.0f} | {v['max']:.0f} |")

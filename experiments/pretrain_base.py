@@ -60,7 +60,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
       bounds[key] = int(value)
     ids, _ = domains.every_domain("", bounds["prompt"], bounds["answer"])
     c.domains.ids = list(ids)
-    c.steps = 2000
+    c.steps = 1000
     c.max_len = -(-(bounds["prompt"] + bounds["answer"] + 3) // 16) * 16  # BOS, EOS, rounded up
   elif arg:
     raise ValueError(f"Unknown pretrain_base argument '{arg}'; expected '', 'smoke', 'mixed' "

@@ -45,6 +45,11 @@ ANSWER_FLOOR = 1_024
 ANSWER_SLACK = 4
 PASS_SCORE = 0.999
 MAX_REDRAWS = 64  # entries rejected by the ASCII/length filters before giving up
+# reasoning-gym's generators and scorers run under one lock per process: they
+# are pure Python (the GIL serialises them anyway), not written for threads,
+# and CPython 3.11's ast.parse, which several of them call, can raise a
+# spurious SystemError when threads parse at once (python/cpython#106905).
+_LOCK = threading.Lock()
 
 # Generators not registered, with the reason (found by probing every generator:
 # determinism, reference answer scores 1, wrong answers score < 1 without
@@ -161,7 +166,8 @@ class ReasoningGymDomain(registry.Domain):
     def sample(self, rng: np.random.Generator) -> Task:
         dataset = self.dataset()
         for _ in range(MAX_REDRAWS):
-            entry = dataset[int(rng.integers(SIZE))]
+            with _LOCK:
+                entry = dataset[int(rng.integers(SIZE))]
             if self._usable(entry):
                 return Task(key=entry["question"], prompt=entry["question"], demonstration=entry["answer"].strip(), hidden=entry)
         raise RuntimeError(f"{self.spec.id}: no usable reasoning-gym entry in {MAX_REDRAWS} draws")
@@ -177,7 +183,9 @@ class ReasoningGymDomain(registry.Domain):
         if len(answer) > limit:
             return malformed(f"answer has {len(answer)} characters; at most {limit} are graded for this task")
         try:
-            score = self.dataset().score_answer(answer, task.hidden)
+            dataset = self.dataset()
+            with _LOCK:
+                score = dataset.score_answer(answer, task.hidden)
             score = float(score if score is not None else 0.0)
         except Exception as e:  # the generator's scorer failed: not the model's fault
             return Grade(Verdict.SANDBOX_ERROR, 0.0, f"reasoning-gym scorer raised {type(e).__name__}")

@@ -177,21 +177,35 @@ class EnvPool:
 
   # -- jobs ------------------------------------------------------------------
 
+  def _reset_env(self, task: Task):
+    """(env, observation, info) of ``task``'s reset. A reset that raises (a
+    generator's transient failure) is retried ``retries`` times on a fresh
+    env, after the backoff; one that keeps failing raises a RuntimeError
+    naming the task (a domain that cannot draw that task is a bug to fix,
+    not a sample to score)."""
+    for attempt in range(self.retries + 1):
+      env = self._acquire(task.domain) if attempt == 0 else gymnasium.make(
+          task.domain, disable_env_checker=True, **self._kwargs[task.domain])
+      try:
+        obs, info = env.reset(seed=task.seed, options={"split": task.split})
+        return env, obs, info
+      except Exception as e:  # noqa: BLE001  retried, then reported with the task
+        env.close()
+        error = e
+        if attempt < self.retries:
+          with self._lock:
+            self._counts["reset_retries"] += 1
+          time.sleep(self.backoff_s * (2 ** attempt))
+    raise RuntimeError(f"{task.domain}: reset(seed={task.seed}, split={task.split!r}) failed "
+                       f"{self.retries + 1} times; last: {type(error).__name__}: {error}") from error
+
   def _reset(self, task: Task) -> Prompt:
-    env = self._acquire(task.domain)
-    try:
-      obs, info = env.reset(seed=task.seed, options={"split": task.split})
-    finally:
-      self._release(task.domain, env)
+    env, obs, info = self._reset_env(task)
+    self._release(task.domain, env)
     return Prompt(task, obs, info)
 
   def _start(self, task: Task) -> Episode:
-    env = self._acquire(task.domain)
-    try:
-      obs, info = env.reset(seed=task.seed, options={"split": task.split})
-    except BaseException:
-      env.close()
-      raise
+    env, obs, info = self._reset_env(task)
     return Episode(task, env, obs, info)
 
   def _step_job(self, episode: Episode, action: str, replay: bool):
@@ -307,6 +321,7 @@ class EnvPool:
       out[f"env_latency_p99/{d}"] = float(np.percentile(xs, 99))
     sched = self.scheduler.reset_stats()
     out["env/retries"] = float(counts["retries"])
+    out["env/reset_retries"] = float(counts["reset_retries"])
     out["env/masked"] = float(counts["masked"])
     out["env/timeouts"] = float(sched["timeouts"])
     out["env/queue_depth_max"] = float(sched["max_depth"])

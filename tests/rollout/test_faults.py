@@ -113,3 +113,29 @@ def test_environment_seconds_are_recorded_per_episode():
     assert all(0 < s.env_s < 0.2 for s in steps[1:])
   finally:
     pool.close()
+
+
+def test_a_reset_that_raises_is_retried_then_named(monkeypatch):
+  """A generator's transient failure at reset is retried on a fresh env (the
+  task is the same: same seed, same split); one that keeps failing stops the
+  batch with the task named."""
+  from environments.env import TaskEnv
+  reset, failed = TaskEnv.reset, set()
+
+  def flaky(self, *, seed=None, options=None):
+    if seed not in failed:  # each task's first reset fails
+      failed.add(seed)
+      raise SystemError("AST constructor recursion depth mismatch (before=36, after=29)")
+    return reset(self, seed=seed, options=options)
+  monkeypatch.setattr(TaskEnv, "reset", flaky)
+  pool = EnvPool([REVERSE], workers=2, retries=1, backoff_s=0.0)
+  try:
+    eps, demos = _demo_batch(pool, REVERSE, 4)
+    assert all(s.graded.success for s in pool.step(eps, demos))
+    assert pool.stats()["env/reset_retries"] == 4
+    monkeypatch.setattr(TaskEnv, "reset", lambda self, **kw: 1 / 0)
+    with pytest.raises(RuntimeError, match=r"strings-reverse-easy-v0: reset\(seed=0, split='train'\) "
+                                           r"failed 2 times; last: ZeroDivisionError"):
+      pool.start([Task(REVERSE, 0, "train")])
+  finally:
+    pool.close()
