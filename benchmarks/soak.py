@@ -65,7 +65,15 @@ def sandbox_dirs(pids, tmp: str) -> tuple[int, int]:
   process's own /tmp (the sandbox's workers run in mount namespaces of their
   own, seen through /proc/<pid>/root), each folder counted once."""
   seen, jobs = set(), 0
-  for base in [tmp] + [f"/proc/{p}/root/tmp" for p in pids]:
+  own = os.stat("/proc/self/ns/mnt").st_ino
+  bases = [tmp]
+  for p in pids:
+    try:
+      if os.stat(f"/proc/{p}/ns/mnt").st_ino != own:  # a worker's namespace: its own /tmp
+        bases.append(f"/proc/{p}/root/tmp")
+    except OSError:
+      continue
+  for base in bases:
     for root in glob.glob(os.path.join(base, "rlpt-sandbox-*")):
       try:
         st = os.stat(root)
