@@ -138,7 +138,7 @@ def main(_):
         proc.kill()
         proc.wait()
     log.close()
-  left = sample(os.getpid(), tmp)  # after the run: what it left behind (host side)
+  left_roots, left_jobs = sandbox_dirs([], tmp)  # after the run: what it left behind
   if proc.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL):
     with open(os.path.join(workdir, "train.log")) as f:
       raise SystemExit(f"the run failed (exit {proc.returncode}):\n{''.join(f.readlines()[-30:])}")
@@ -158,8 +158,7 @@ def main(_):
       "retries": sum(r.get("env/retries", 0.0) for r in train),
       "timeouts": sum(r.get("env/timeouts", 0.0) for r in train),
       "domains": sum(k.startswith("share/") for k in train[0]) if train else 0,
-      "left_behind": {"sandbox_roots": left["sandbox_roots"],
-                      "sandbox_job_dirs": left["sandbox_job_dirs"]}}
+      "left_behind": {"sandbox_roots": left_roots, "sandbox_job_dirs": left_jobs}}
   with open(os.path.join(workdir, "soak.json"), "w") as f:
     json.dump(result, f, indent=1)
   print(f"\n{result['steps']} steps over {result['domains']} domains in {_SECONDS.value} s; "

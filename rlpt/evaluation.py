@@ -72,7 +72,8 @@ class Evaluator:
     unknown = sorted(set(domains) - set(self.domains))
     if unknown:
       raise ValueError(f"cannot evaluate {unknown}: not among the run's domains.")
-    tasks = [t for t in self.tasks if t.domain in set(domains)]
+    chosen = set(domains)
+    tasks = [t for t in self.tasks if t.domain in chosen]
     out = self._success(play, step, "success", self.greedy, 0, domains, tasks)
     if self.cfg.sampled:
       out.update(self._success(play, step, "sampled_success", self.sampled, 1, domains, tasks))

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from rlpt.curriculum.samplers import checked_results
+
 LEVELS = ("easy", "medium", "hard")
 _LEVEL = re.compile(r"-(easy|medium|hard)(?=-)")
 
@@ -90,15 +92,8 @@ class DifficultyLadders:
     return [self.current(k) for k in self.inner.sample(n, rng)]
 
   def update(self, results: Mapping[str, Sequence[float]]) -> None:
-    unknown = sorted(set(results) - set(self.domains))
-    if unknown:
-      raise ValueError(f"update got results for unknown domains {unknown}; "
-                       f"configured: {list(self.domains)}.")
     by_ladder: dict[str, list[float]] = {}
-    for d in sorted(results):
-      v = np.asarray(results[d], np.float64).reshape(-1)
-      if not np.isfinite(v).all():
-        raise ValueError(f"results for domain '{d}' must be finite, got {v.tolist()}.")
+    for d, v in checked_results(results, self.domains).items():
       k = self._ladder[d]
       by_ladder.setdefault(k, []).extend(v.tolist())
       if d == self.current(k):  # results of another rung (drawn before a move) only feed `inner`

@@ -41,6 +41,23 @@ def _check_cover(what: str, mapping: Mapping[str, float], domains: Sequence[str]
                      f"domains {list(domains)}: {'; '.join(parts)}.")
 
 
+def checked_results(results: Mapping[str, Sequence[float]],
+                    domains: Sequence[str]) -> dict[str, np.ndarray]:
+  """``update``'s results as float arrays, in domain order; unknown domains and
+  non-finite values raise ValueError naming them."""
+  unknown = sorted(set(results) - set(domains))
+  if unknown:
+    raise ValueError(f"update got results for unknown domains {unknown}; "
+                     f"configured: {list(domains)}.")
+  out = {}
+  for d in sorted(results):
+    v = np.asarray(results[d], np.float64).reshape(-1)
+    if not np.isfinite(v).all():
+      raise ValueError(f"results for domain '{d}' must be finite, got {v.tolist()}.")
+    out[d] = v
+  return out
+
+
 class DomainSampler(abc.ABC):
   """Base class: shares = capped-simplex projection of (strategy weight x priority).
 
@@ -96,14 +113,7 @@ class DomainSampler(abc.ABC):
 
   def update(self, results: Mapping[str, Sequence[float]]) -> None:
     """Feeds per-sample successes (in [0, 1]) of each domain seen in the last batch."""
-    unknown = sorted(set(results) - set(self.domains))
-    if unknown:
-      raise ValueError(f"update got results for unknown domains {unknown}; "
-                       f"configured: {list(self.domains)}.")
-    for d, values in results.items():
-      v = np.asarray(values, np.float64).reshape(-1)
-      if not np.isfinite(v).all():
-        raise ValueError(f"results for domain '{d}' must be finite, got {v.tolist()}.")
+    for d, v in checked_results(results, self.domains).items():
       if len(v):
         self._observe(self._index[d], v)
     self._refresh()

@@ -39,9 +39,9 @@ def signal_sums(records: Sequence[Mapping], group_size: int) -> dict[str, dict[s
   """{domain: {groups, informative, tokens, no_signal_tokens, env_s, no_signal_env_s}}."""
   if group_size < 1 or len(records) % group_size:
     raise ValueError(f"{len(records)} records do not split into groups of {group_size}.")
-  out: dict[str, dict[str, float]] = collections.defaultdict(lambda: dict.fromkeys(_FIELDS, 0.0))
   if not records:
     return {}
+  out: dict[str, dict[str, float]] = collections.defaultdict(lambda: dict.fromkeys(_FIELDS, 0.0))
   rewards = np.array([float(r["reward"]) for r in records]).reshape(-1, group_size)
   valid = np.array([not r["infra_error"] for r in records], np.float64).reshape(-1, group_size)
   informative = groups_with_signal(rewards, valid)
