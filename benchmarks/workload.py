@@ -29,9 +29,19 @@ generated; the samples are the same (tests/sampling/test_decode_phases.py).
 FLOPs: the model FLOPs rlpt executes (each token's matmuls, and attention over
 the keys it may see; shared prompts counted once per group), counted
 analytically for generation (XLA's cost analysis counts a while-loop body
-once) and by XLA's cost analysis for the reference pass and the update. The
-roofline is the fp32 matmul rate measured in the same run (a 1024^3 matmul,
-best of 5).
+once) and by XLA's cost analysis for the reference pass and the update.
+Bytes: what each part must move at least, counted analytically (XLA's
+"bytes accessed" sums every op's operands, cache-resident ones included, so it
+is no bound): decoding reads every weight per step, per device, and each row's
+cached context so far (a group's shared prompt once); the reference pass reads
+the weights once; the update moves 40 bytes a parameter (``update_bytes``).
+Each part is reported against the roofline
+bound that binds it: its FLOPs at the fp32 matmul rate or its bytes at the
+memory bandwidth, whichever takes longer, both measured in the same run (a
+1024^3 matmul per device, best of 5; a streaming y = 2x + 1 over 256 MiB per
+device, best of 5). Small-batch decoding reads every weight per token step,
+so memory bandwidth, not the matmul rate, binds it; a model whose weights fit
+in the last-level cache (this one's 13 MB of fp32) can beat that DRAM bound.
 ``--runs`` repeats the whole measurement and prints median [min-max].
 
 On a CPU host rlpt runs one XLA device per core (single-threaded ops) with
@@ -48,7 +58,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rlpt.sampling.sampler import auto_decode_phases  # noqa: E402  (starts no JAX backend)
-from roofline import matmul_roofline, timed, token_flops  # noqa: E402,F401  (W.matmul_roofline)
+from roofline import (bound_seconds, decode_bytes, generation_flops, kv_bytes_per_token,  # noqa: E402,F401
+                      matmul_roofline, memory_bandwidth, timed, token_flops, update_bytes)
 
 VOCAB, PROMPT = 512, 32
 SAMPLE_ROWS, SAMPLE_NEW = 32, 128
@@ -96,14 +107,6 @@ def model_config():
                      tie_embeddings=False)
 
 
-def generation_flops(cfg, rows: int, prompt: int, new: int, group: int = 1) -> float:
-  """Prefill of ``prompt`` tokens (once per ``group`` rows) plus ``new`` decoded
-  tokens, for ``rows`` rows."""
-  prefill = sum(token_flops(cfg, c) for c in range(prompt - 1))
-  decode = sum(token_flops(cfg, c) for c in range(prompt - 1, prompt + new - 1))
-  return rows // group * prefill + rows * decode
-
-
 def _flops(jitted, *args) -> float:
   """XLA's FLOP count of a data-parallel program: its cost analysis is of the
   per-device program, which every device runs on its share of the rows."""
@@ -124,6 +127,7 @@ def measure(seed: int = 0) -> dict:
   from rlpt.sampling import Sampler, SamplingParams
   from rlpt.sampling.fast import FastSampler
   from rlpt.sampling.prefix import PrefixLayout
+  from rlpt.sampling.quant import tree_bytes
   from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
                           rl_train_step, sequence_logprobs)
 
@@ -153,6 +157,11 @@ def measure(seed: int = 0) -> dict:
            for i in range(1, 4)]
   out["sample_tok_s"] = SAMPLE_ROWS * SAMPLE_NEW / statistics.median(times)
   out["sample_flops"] = generation_flops(cfg, SAMPLE_ROWS, PROMPT, SAMPLE_NEW)
+  # At least read per decode step: every weight (fp32, once per device: each
+  # holds a replica) and each row's cached keys and values so far.
+  weights = tree_bytes(params) * jax.device_count()
+  kvb = kv_bytes_per_token(cfg)
+  out["sample_bytes"] = decode_bytes(weights, kvb, SAMPLE_ROWS, PROMPT, SAMPLE_NEW)
 
   # GRPO step.
   optimizer = make_optimizer(OptimConfig(learning_rate=1e-5, grad_clip=1e9), 100)
@@ -208,9 +217,12 @@ def measure(seed: int = 0) -> dict:
   med = [statistics.median(t[k] for t in timings) for k in range(4)]
   out.update(step_s=med[0], gen_s=med[1], ref_s=med[2], update_s=med[3])
   out["gen_flops"] = generation_flops(cfg, rows, PROMPT, GRPO_NEW, GROUP)
+  out["gen_bytes"] = decode_bytes(weights, kvb, rows, PROMPT, GRPO_NEW, GROUP)
   out["ref_flops"] = _flops(logprobs, reference, batch.tokens)
+  out["ref_bytes"] = weights  # every weight read once, per device
   counts = LossCounts(jnp.float32(1.0), jnp.float32(1.0))
   out["update_flops"] = _flops(update, state, batch, counts, jnp.float32(0.04))
+  out["update_bytes"] = update_bytes(cfg.num_params(), jax.device_count())
   return out
 
 
@@ -218,8 +230,10 @@ def main(_):
   from launch.common import quiet_libraries
   quiet_libraries()  # orbax / XLA INFO lines would bury the figures
   roof = matmul_roofline()
+  bandwidth = memory_bandwidth()
   print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; "
-        f"fp32 matmul roofline {roof:.0f} GFLOP/s")
+        f"fp32 matmul roofline {roof:.0f} GFLOP/s; memory bandwidth {bandwidth / 1e9:.1f} GB/s "
+        "(y = 2x + 1, every device at once)")
   runs = []
   for r in range(flags.FLAGS.runs):
     m = measure(seed=r)
@@ -233,23 +247,31 @@ def main(_):
     return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
 
   last = runs[-1]
-  print("\n| measure | rlpt, median [min-max] | GFLOP | GFLOP/s | of roofline |")
-  print("|---|---:|---:|---:|---:|")
+  # Each part against the limit that binds it: its FLOPs at the matmul rate or
+  # the bytes it must move at the measured bandwidth, whichever takes longer.
+  print("\n| measure | rlpt, median [min-max] | GFLOP | MB moved | bound (binds) | of bound |")
+  print("|---|---:|---:|---:|---:|---:|")
+
+  def row(name, secs, value, flops, moved, bound=None):
+    bound, binding = bound_seconds(flops, moved, roof * 1e9, bandwidth) if bound is None else (
+        bound, "sum of the parts'")
+    print(f"| {name} | {value} | {flops / 1e9:.1f} | {moved / 1e6:.0f} | "
+          f"{bound * 1e3:.1f} ms ({binding}) | {bound / secs:.1%} |")
+
   tok_s = statistics.median(r["sample_tok_s"] for r in runs)
-  sample_s = SAMPLE_ROWS * SAMPLE_NEW / tok_s
-  print(f"| sampler, 32 x 128 tokens | {stat('sample_tok_s', '{:,.0f}')} tok/s | "
-        f"{last['sample_flops'] / 1e9:.1f} | {last['sample_flops'] / sample_s / 1e9:.1f} | "
-        f"{last['sample_flops'] / sample_s / 1e9 / roof:.1%} |")
-  for name, key, fkey in (("GRPO step", "step_s", None), ("  generation", "gen_s", "gen_flops"),
-                          ("  reference pass", "ref_s", "ref_flops"),
-                          ("  update", "update_s", "update_flops")):
-    secs = statistics.median(r[key] for r in runs)
-    if fkey is None:
-      flops = last["gen_flops"] + last["ref_flops"] + last["update_flops"]
-    else:
-      flops = last[fkey]
-    print(f"| {name} | {stat(key, '{:.3f}')} s | {flops / 1e9:.1f} | {flops / secs / 1e9:.1f} | "
-          f"{flops / secs / 1e9 / roof:.1%} |")
+  row("sampler, 32 x 128 tokens", SAMPLE_ROWS * SAMPLE_NEW / tok_s,
+      f"{stat('sample_tok_s', '{:,.0f}')} tok/s", last["sample_flops"], last["sample_bytes"])
+  parts = (("  generation", "gen_s", "gen"), ("  reference pass", "ref_s", "ref"),
+           ("  update", "update_s", "update"))
+  flops = sum(last[f"{p}_flops"] for _, _, p in parts)
+  moved = sum(last[f"{p}_bytes"] for _, _, p in parts)
+  bound = sum(bound_seconds(last[f"{p}_flops"], last[f"{p}_bytes"], roof * 1e9, bandwidth)[0]
+              for _, _, p in parts)
+  row("GRPO step", statistics.median(r["step_s"] for r in runs), f"{stat('step_s', '{:.3f}')} s",
+      flops, moved, bound)
+  for name, key, p in parts:
+    row(name, statistics.median(r[key] for r in runs), f"{stat(key, '{:.3f}')} s",
+        last[f"{p}_flops"], last[f"{p}_bytes"])
 
 
 if __name__ == "__main__":
