@@ -12,7 +12,7 @@ CONFIG ?= experiments/grpo_default.py
 
 PEERS := .peers
 
-.PHONY: setup system train smoke test bench bench-peers bench-peers-main clean
+.PHONY: setup system train smoke test bench bench-device bench-peers bench-peers-main clean
 
 setup: system $(STAMP) $(ROOTPATH)
 
@@ -43,6 +43,9 @@ test: setup
 bench: setup
 	$(PY) benchmarks/workload.py
 	$(PY) benchmarks/rl_step.py
+
+bench-device: setup
+	$(PY) benchmarks/device.py --out=runs/device
 
 # TRL and Tunix in their own virtual environments, then all three on one workload.
 $(PEERS)/%/.installed: benchmarks/peers/requirements-%.txt

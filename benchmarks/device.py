@@ -371,38 +371,42 @@ class Parts:
                      distill_s=distill_s, distill_kl=metrics.get("distill/kl"))
 
   def attention(self):
+    s = self.s
+    capacity = (self.device.memory_stats() or {}).get("bytes_limit")
+    for t in s.attn_causal:
+      self._attention_case(t, None, 0, capacity)
+    for t in s.attn_sparse:
+      self._attention_case(t, s.attn_window, s.attn_sinks, capacity)
+
+  def _attention_case(self, t: int, window: int | None, sinks: int, capacity):
+    """One layer's forward + backward at ``t`` tokens (its arrays die on return)."""
     from rlpt.attention import blockwise_attention
     s = self.s
     n, k, h = s.attn_heads
     dt = self.cfg.jnp_dtype
-    cases = [(t, None) for t in s.attn_causal] + [(t, s.attn_window) for t in s.attn_sparse]
-    capacity = (self.device.memory_stats() or {}).get("bytes_limit")
-    for t, window in cases:
-      sinks = 0 if window is None else s.attn_sinks
 
-      def loss(q, kk, v, pos, window=window, sinks=sinks):
-        out = blockwise_attention(q, kk, v, q_positions=pos, kv_positions=pos, window=window,
-                                  num_sinks=sinks, block_size=s.attn_block)
-        return jnp.sum(out.astype(jnp.float32) ** 2)
+    def loss(q, kk, v, pos):
+      out = blockwise_attention(q, kk, v, q_positions=pos, kv_positions=pos, window=window,
+                                num_sinks=sinks, block_size=s.attn_block)
+      return jnp.sum(out.astype(jnp.float32) ** 2)
 
-      step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
-      key = jax.random.key(t)
-      q = jax.device_put(jax.random.normal(key, (1, t, n, h), dt), self.device)
-      kk = jax.device_put(jax.random.normal(jax.random.fold_in(key, 1), (1, t, k, h), dt),
-                          self.device)
-      v = jax.device_put(jax.random.normal(jax.random.fold_in(key, 2), (1, t, k, h), dt),
-                         self.device)
-      pos = jax.device_put(jnp.arange(t, dtype=jnp.int32)[None], self.device)
-      mem = peak_bytes(step, q, kk, v, pos)
-      secs = median_time(lambda: step(q, kk, v, pos), self.reps)
-      flops = attention_flops(t, n, h, window, sinks)
-      self.report.emit("attention_fwd_bwd", flops / secs, "FLOP/s", self.limits.flops, "FLOP/s",
-                       self.limits.flops_source, tokens=t,
-                       kind="blockwise causal" if window is None else "sparse",
-                       window=window, sinks=sinks, seconds=secs, model_flops=flops,
-                       peak_bytes=mem, memory_capacity=capacity, heads=n, kv_heads=k,
-                       head_dim=h, block=s.attn_block, dtype=jnp.dtype(dt).name)
-      del q, kk, v
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+    key = jax.random.key(t)
+    q = jax.device_put(jax.random.normal(key, (1, t, n, h), dt), self.device)
+    kk = jax.device_put(jax.random.normal(jax.random.fold_in(key, 1), (1, t, k, h), dt),
+                        self.device)
+    v = jax.device_put(jax.random.normal(jax.random.fold_in(key, 2), (1, t, k, h), dt),
+                       self.device)
+    pos = jax.device_put(jnp.arange(t, dtype=jnp.int32)[None], self.device)
+    mem = peak_bytes(step, q, kk, v, pos)
+    secs = median_time(lambda: step(q, kk, v, pos), self.reps)
+    flops = attention_flops(t, n, h, window, sinks)
+    self.report.emit("attention_fwd_bwd", flops / secs, "FLOP/s", self.limits.flops, "FLOP/s",
+                     self.limits.flops_source, tokens=t,
+                     kind="blockwise causal" if window is None else "sparse",
+                     window=window, sinks=sinks, seconds=secs, model_flops=flops,
+                     peak_bytes=mem, memory_capacity=capacity, heads=n, kv_heads=k,
+                     head_dim=h, block=s.attn_block, dtype=jnp.dtype(dt).name)
 
   def grpo(self):
     from rlpt.config import OptimConfig

@@ -58,8 +58,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rlpt.sampling.sampler import auto_decode_phases  # noqa: E402  (starts no JAX backend)
-from roofline import (bound_seconds, decode_bytes, generation_flops, kv_bytes_per_token,  # noqa: E402,F401
-                      matmul_roofline, memory_bandwidth, timed, token_flops, update_bytes)
+from roofline import (bound_seconds, decode_bytes, generation_flops, kv_bytes_per_token,  # noqa: E402
+                      matmul_roofline, memory_bandwidth, timed, update_bytes)
 
 VOCAB, PROMPT = 512, 32
 SAMPLE_ROWS, SAMPLE_NEW = 32, 128
