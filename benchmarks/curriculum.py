@@ -1,6 +1,6 @@
 r"""Curricula compared on the all-domains job: the same base, steps and batch.
 
-    python benchmarks/curriculum.py [--seeds=0,1] [--steps=300] [--out=runs/curriculum]
+    python benchmarks/curriculum.py [--seeds=0,1] [--steps=200] [--out=runs/curriculum]
     python benchmarks/curriculum.py --strategies=uniform --seeds=0 --steps=4 --arg=smoke  # tiny
 
 For each strategy (``uniform``, ``success_band``, ``learning_progress``, and
@@ -35,7 +35,7 @@ from absl import app, flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "experiments", "grpo_all_domains.py")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1"], "Training seeds of every strategy.")
-_STEPS = flags.DEFINE_integer("steps", 300, "RL steps of every run.")
+_STEPS = flags.DEFINE_integer("steps", 200, "RL steps of every run.")
 _STRATEGIES = flags.DEFINE_list("strategies", ["uniform", "success_band", "learning_progress"],
                                 "The strategies; adaptive difficulty is added on the best.")
 _ADAPTIVE = flags.DEFINE_bool("adaptive", True, "Also run adaptive difficulty on the best.")
@@ -70,8 +70,14 @@ def run(name: str, arg: str, seed: int) -> dict:
   evals = [r for r in rows if r["kind"] == "eval"]
   tokens = sum(r["signal/tokens"] for r in train)
   seconds = sum(r["env_seconds/total"] for r in train)
+  rss = [r["host/rss_mib"] for r in train]
   return {
       "name": name, "seed": seed, "wall_s": wall, "workdir": workdir,
+      "step_s": statistics.median(r["time/step"] for r in train),
+      "rss_mib": {"first": rss[0], "last": rss[-1], "max": max(rss),
+                  "median_second_half": statistics.median(rss[len(rss) // 2:])},
+      "compiles": {"step_1": train[0]["host/compiles"], "half": train[len(train) // 2]["host/compiles"],
+                   "last": train[-1]["host/compiles"]},
       "final": evals[-1]["sampled_success/mean"], "base": evals[0]["sampled_success/mean"],
       "gain": {d: float(r["sampled_success_gain"]) for d, r in domains.items()},
       "final_by_domain": {d: float(r["sampled_success_final"]) for d, r in domains.items()},
@@ -114,6 +120,13 @@ def main(_):
   print(f"\n{n} domains, {_STEPS.value} steps, seeds {seeds}; best by held-out: {best}; "
         f"{len(learned)} domains learned (gain >= {_LEARNED.value} in some run)\n")
   print("\n".join(table))
+  print("\nper run: median step s, resident MiB first / last / max, XLA compiles at step 1 / "
+        "half-way / last")
+  for r in every:
+    m, c = r["rss_mib"], r["compiles"]
+    print(f"  {r['name']} seed {r['seed']}: {r['step_s']:.2f} s; {m['first']:.0f} / "
+          f"{m['last']:.0f} / {m['max']:.0f} MiB; {c['step_1']:.0f} / {c['half']:.0f} / "
+          f"{c['last']:.0f}")
   with open(os.path.join(_OUT.value, "result.json"), "w") as f:
     json.dump({"steps": _STEPS.value, "seeds": seeds, "best": best, "learned": learned,
                "table": table, "runs": every}, f, indent=1)

@@ -37,7 +37,7 @@ from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rollout.async_source import make_rollout_source
 from rlpt.rollout.envs import check_domains
 from rlpt.rollout.pipeline import BusyClock
-from rlpt.runtime import check_batch, is_primary
+from rlpt.runtime import check_batch, count_compiles, host_metrics, is_primary
 from rlpt.sampling import SamplingParams
 from rlpt.sharding import make_mesh
 
@@ -49,6 +49,7 @@ class Trainer:
 
   def __init__(self, cfg: TrainConfig, workdir: str):
     self.cfg, self.workdir = cfg, workdir
+    count_compiles()  # host/compiles in every step's metrics
     ro = cfg.rollout
     check_domains(cfg.domains, ro.max_prompt_len)  # before anything is written or compiled
     if is_primary():
@@ -111,6 +112,7 @@ class Trainer:
     metrics |= rollout_metrics
     metrics["time/step"] = end - start
     metrics["accelerator/idle_fraction"] = self.busy.idle_fraction(window_start, end)
+    metrics |= host_metrics()
     self._window_start = end
     return metrics
 
