@@ -70,6 +70,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import roofline  # noqa: E402
+from synthetic_grpo import grpo_batch  # noqa: E402
 
 PARTS = ("limits", "train", "decode", "speculative", "attention", "grpo")
 _OUT = flags.DEFINE_string("out", os.path.join("runs", "device"), "Output folder.")
@@ -410,13 +411,12 @@ class Parts:
 
   def grpo(self):
     from rlpt.config import OptimConfig
-    from rlpt.rl import LossConfig, grpo_advantages, loss_counts
-    from rlpt.rollout import build_sequences
+    from rlpt.rl import LossConfig
     from rlpt.sampling.fast import FastSampler
     from rlpt.sampling.prefix import PrefixLayout
     from rlpt.sampling.quant import tree_bytes
     from rlpt.sampling.sampler import auto_decode_phases
-    from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, init_train_state, make_optimizer,
+    from rlpt.steps import (RLBatch, SharedPrefix, init_train_state, make_optimizer,
                             rl_train_step, sequence_logprobs)
     s, cfg, sampling = self.s, self.cfg, self._sampling
     g, p, new = s.grpo_group, s.grpo_prompt, s.grpo_new
@@ -445,22 +445,17 @@ class Parts:
       toks, logp, n = jax.device_get(sampler.generate(sample_params, prompts, plens,
                                                       jax.random.key(100 + i), sampling))
       t1 = time.perf_counter()
-      seq = build_sequences(np.repeat(prompts, g, 0), np.repeat(plens, g), toks, n, logp, 0)
-      tokens = jnp.asarray(seq.tokens)
-      ref = jnp.concatenate([logprobs(reference, tokens[j:j + mb]) for j in range(0, rows, mb)])
+      b = grpo_batch(np.repeat(prompts, g, 0), np.repeat(plens, g), toks, n, logp, g)
+      ref = jnp.concatenate([logprobs(reference, b.tokens[j:j + mb])
+                             for j in range(0, rows, mb)])
       jax.block_until_ready(ref)
       t2 = time.perf_counter()
-      rewards = jnp.asarray((toks % 2 == 0).mean(axis=1), jnp.float32)
-      mask = jnp.asarray(seq.loss_mask)
-      adv = grpo_advantages(rewards, g)[:, None] * mask
-      c = loss_counts(mask)
-      counts = LossCounts(jnp.float32(c.num_tokens), jnp.float32(c.num_seqs))
-      old = jnp.asarray(seq.logp)
       metrics = None
-      for j in range(0, rows, mb):
-        batch = RLBatch(tokens[j:j + mb], mask[j:j + mb], old[j:j + mb], ref[j:j + mb],
-                        adv[j:j + mb])
-        state, metrics = update(state, batch, counts, jnp.float32(0.01))
+      for j in range(0, rows, mb):  # minibatches of whole groups, the whole batch's counts
+        part = slice(j, j + mb)
+        batch = RLBatch(b.tokens[part], b.loss_mask[part], b.old_logp[part], ref[part],
+                        b.advantages[part])
+        state, metrics = update(state, batch, b.counts, jnp.float32(0.01))
       jax.block_until_ready(metrics)
       t3 = time.perf_counter()
       return state, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)

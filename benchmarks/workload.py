@@ -58,6 +58,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rlpt.sampling.sampler import auto_decode_phases  # noqa: E402  (starts no JAX backend)
+from synthetic_grpo import grpo_batch  # noqa: E402
 from roofline import (bound_seconds, decode_bytes, generation_flops, kv_bytes_per_token,  # noqa: E402
                       matmul_roofline, memory_bandwidth, timed, update_bytes)
 
@@ -122,8 +123,7 @@ def measure(seed: int = 0) -> dict:
 
   from rlpt.config import OptimConfig
   from rlpt.models import Transformer
-  from rlpt.rl import LossConfig, grpo_advantages, loss_counts
-  from rlpt.rollout import build_sequences
+  from rlpt.rl import LossConfig
   from rlpt.sampling import Sampler, SamplingParams
   from rlpt.sampling.fast import FastSampler
   from rlpt.sampling.prefix import PrefixLayout
@@ -192,18 +192,12 @@ def measure(seed: int = 0) -> dict:
     toks, logp, n = jax.device_get(ggen(state.params, data["grpo"][i], glens[:GRPO_PROMPTS],
                                         jax.random.key(100 + i)))
     t1 = time.perf_counter()
-    seq = build_sequences(gids, glens, toks, n, logp, 0)
-    tokens = jnp.asarray(seq.tokens)
-    ref_logp = logprobs(reference, tokens)
+    b = grpo_batch(gids, glens, toks, n, logp, GROUP)
+    ref_logp = logprobs(reference, b.tokens)
     jax.block_until_ready(ref_logp)
     t2 = time.perf_counter()
-    rewards = jnp.asarray((toks % 2 == 0).mean(axis=1), jnp.float32)
-    mask = jnp.asarray(seq.loss_mask)
-    adv = grpo_advantages(rewards, GROUP)[:, None] * mask
-    c = loss_counts(mask)
-    batch = RLBatch(tokens, mask, jnp.asarray(seq.logp), ref_logp, adv)
-    state, metrics = update(state, batch, LossCounts(jnp.float32(c.num_tokens), jnp.float32(c.num_seqs)),
-                            jnp.float32(0.04))
+    batch = RLBatch(b.tokens, b.loss_mask, b.old_logp, ref_logp, b.advantages)
+    state, metrics = update(state, batch, b.counts, jnp.float32(0.04))
     jax.block_until_ready(metrics)
     t3 = time.perf_counter()
     return state, batch, (t3 - t0, t1 - t0, t2 - t1, t3 - t2)
