@@ -41,8 +41,8 @@ Parts (``--parts``; full shapes, ``--quick`` divides them down):
 * ``grpo``: the main job's step scaled up on the 1.1B model: 32 prompts of 128
   tokens x group 8 = 256 completions of 1024 tokens (no stop), each group
   sampled from its one prefilled prompt; reference log-probs and 8 clipped
-  policy-gradient minibatch updates of 32 rows (rl.minibatches; a group's
-  prompt scored once, rlpt.steps.SharedPrefix), k3 KL 0.01 in the loss; the
+  policy-gradient minibatch updates of 32 rows (rl.minibatches), each row
+  scored whole by the blockwise kernel, k3 KL 0.01 in the loss; the
   reward is the share of even token ids (the device is what is measured, not
   an environment). Each part against the roofline bound that binds it.
 
@@ -180,11 +180,13 @@ def median_time(fn, reps: int) -> float:
   return statistics.median(times)
 
 
-def peak_bytes(jitted, *args) -> int:
-  """Peak bytes XLA plans for one call: arguments + outputs + temporaries - aliased."""
-  m = jitted.lower(*args).compile().memory_analysis()
-  return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-             - m.alias_size_in_bytes)
+def compiled_with_peak(jitted, *args):
+  """(the compiled program for ``args``, the peak bytes XLA plans for one call:
+  arguments + outputs + temporaries - aliased), compiled once."""
+  compiled = jitted.lower(*args).compile()
+  m = compiled.memory_analysis()
+  return compiled, int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                       - m.alias_size_in_bytes)
 
 
 def forward_flops(cfg, rows: int, length: int) -> float:
@@ -261,7 +263,7 @@ class Parts:
     step = jax.jit(functools.partial(sft_train_step, graphdef=self.graphdef, optimizer=optimizer))
     tokens = jax.device_put(self.tokens(s.train_batch, s.train_len + 1), self.device)
     mask = jnp.ones((s.train_batch, s.train_len), jnp.float32)
-    mem = peak_bytes(step, state, tokens, mask)
+    step, mem = compiled_with_peak(step, state, tokens, mask)
     secs = median_time(lambda: step(state, tokens, mask), self.reps)
     flops = 3 * forward_flops(cfg, s.train_batch, s.train_len)
     self.report.emit("train_step_mfu", flops / secs, "FLOP/s", self.limits.flops, "FLOP/s",
@@ -272,12 +274,15 @@ class Parts:
 
   def _decode_time(self, sampler, batch: int, prompt: int, new: int):
     """(whole generate seconds, prefill seconds) of ``batch`` rows."""
+    from rlpt.sampling.sampler import decode_bounds
     ids = jax.device_put(self.tokens(batch, prompt), self.device)
     lens = jnp.full((batch,), prompt, jnp.int32)
     layout = sampler.layout
     gen = lambda: sampler.generate(self.sample_params, ids, lens, jax.random.key(1),
                                    self._sampling)
-    prefill = jax.jit(lambda p, i, n: layout.prefill(self.graphdef, self.cfg, p, i, n, new + 1))
+    # The generate call's own prefill: its cache holds the first decode phase.
+    room = decode_bounds(new, sampler.decode_phases)[0] + 1
+    prefill = jax.jit(lambda p, i, n: layout.prefill(self.graphdef, self.cfg, p, i, n, room))
     total = median_time(gen, self.reps)
     pre = median_time(lambda: prefill(self.sample_params, ids, lens), self.reps)
     return total, pre
@@ -399,7 +404,7 @@ class Parts:
     v = jax.device_put(jax.random.normal(jax.random.fold_in(key, 2), (1, t, k, h), dt),
                        self.device)
     pos = jax.device_put(jnp.arange(t, dtype=jnp.int32)[None], self.device)
-    mem = peak_bytes(step, q, kk, v, pos)
+    step, mem = compiled_with_peak(step, q, kk, v, pos)
     secs = median_time(lambda: step(q, kk, v, pos), self.reps)
     flops = attention_flops(t, n, h, window, sinks)
     self.report.emit("attention_fwd_bwd", flops / secs, "FLOP/s", self.limits.flops, "FLOP/s",
@@ -416,7 +421,7 @@ class Parts:
     from rlpt.sampling.prefix import PrefixLayout
     from rlpt.sampling.quant import tree_bytes
     from rlpt.sampling.sampler import auto_decode_phases
-    from rlpt.steps import (RLBatch, SharedPrefix, init_train_state, make_optimizer,
+    from rlpt.steps import (RLBatch, init_train_state, make_optimizer,
                             rl_train_step, sequence_logprobs)
     s, cfg, sampling = self.s, self.cfg, self._sampling
     g, p, new = s.grpo_group, s.grpo_prompt, s.grpo_new
@@ -430,11 +435,12 @@ class Parts:
                           aggregation="token-mean", norm_len=new)
     sampler = FastSampler(self.graphdef, cfg, p, new, 0, (), PrefixLayout(g),
                           auto_decode_phases(new))
-    shared = SharedPrefix(p, g)
-    logprobs = jax.jit(lambda w, t: sequence_logprobs(self.graphdef, w, t, sampling, shared))
+    # Rows of 1K+ tokens take the blockwise kernel (attention_impl "auto"), which
+    # scores every row whole: no shared prefix in the reference pass and update.
+    logprobs = jax.jit(lambda w, t: sequence_logprobs(self.graphdef, w, t, sampling))
     update = jax.jit(lambda st, b, c, k: rl_train_step(st, b, c, k, graphdef=self.graphdef,
                                                        optimizer=optimizer, loss_cfg=loss_cfg,
-                                                       sampling=sampling, shared=shared),
+                                                       sampling=sampling),
                      donate_argnums=0)
 
     def step(state, i):
@@ -470,10 +476,7 @@ class Parts:
     gen_flops = roofline.generation_flops(cfg, rows, p, new, g)
     gen_bytes = roofline.decode_bytes(weights, roofline.kv_bytes_per_token(cfg), rows, p, new, g)
     length = p + new
-    # A group's prompt is scored once (SharedPrefix): the prompt's tokens per
-    # group and the completion's per row.
-    fwd = (s.grpo_prompts * sum(roofline.token_flops(cfg, c) for c in range(p))
-           + rows * sum(roofline.token_flops(cfg, c) for c in range(p, length)))
+    fwd = forward_flops(cfg, rows, length - 1)  # every row whole, its last token predicts none
     # Bytes at least moved: each reference minibatch reads the weights; each
     # minibatch update moves roofline.update_bytes.
     n_params = sum(x.size for x in jax.tree.leaves(self.params))
