@@ -40,8 +40,8 @@ Parts (``--parts``; full shapes, ``--quick`` divides them down):
   compiled program (XLA's memory analysis: arguments + outputs + temporaries).
 * ``grpo``: the main job's step scaled up on the 1.1B model: 32 prompts of 128
   tokens x group 8 = 256 completions of 1024 tokens (no stop), each group
-  sampled from its one prefilled prompt; reference log-probs and 8 clipped
-  policy-gradient minibatch updates of 32 rows (rl.minibatches), each row
+  sampled from its one prefilled prompt; reference log-probs and 16 clipped
+  policy-gradient minibatch updates of 16 rows (rl.minibatches), each row
   scored whole by the blockwise kernel, k3 KL 0.01 in the loss; the
   reward is the share of even token ids (the device is what is measured, not
   an environment). Each part against the roofline bound that binds it.
@@ -121,7 +121,7 @@ FULL = Shapes(
     distill_steps=60, distill_batch=64, distill_len=256,
     attn_heads=(32, 4, 64), attn_block=512, attn_causal=(32768, 131072),
     attn_sparse=(32768, 131072, 1048576), attn_window=4096, attn_sinks=4,
-    grpo_prompts=32, grpo_group=8, grpo_prompt=128, grpo_new=1024, grpo_minibatch=32)
+    grpo_prompts=32, grpo_group=8, grpo_prompt=128, grpo_new=1024, grpo_minibatch=16)
 
 QUICK = Shapes(
     model=dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
