@@ -65,16 +65,28 @@ def plot_eval_curves(rows: Sequence[Mapping], domains: Sequence[str], path: str)
   plt.close(fig)
 
 
+def share_grid(train_rows: Sequence[Mapping], domains: Sequence[str]
+               ) -> tuple[list[str], str, np.ndarray]:
+  """(domains grouped by family, the metric prefix used, [domain, step] shares).
+
+  The share is the curriculum's probability of the domain (``weight/<d>``)
+  where the run logs it, else the domain's share of the trained batch
+  (``share/<d>``: with many domains a batch holds each in steps of
+  1/prompts, mostly 0)."""
+  order = sorted(domains, key=lambda d: (domain_family(d), d))
+  prefix = "weight/" if order and any(f"weight/{order[0]}" in r for r in train_rows) else "share/"
+  return order, prefix, np.array([[_get(r, f"{prefix}{d}") for r in train_rows] for d in order])
+
+
 def plot_share_heatmap(train_rows: Sequence[Mapping], domains: Sequence[str], path: str) -> None:
-  """Each domain's share of the trained batch (``share/<d>``) over the logged
-  steps: one row per domain (grouped by family), one column per step."""
+  """Each domain's sampling share over the logged steps (``share_grid``): one
+  row per domain (grouped by family), one column per step."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  order = sorted(domains, key=lambda d: (domain_family(d), d))
+  order, prefix, grid = share_grid(train_rows, domains)
   steps = [r["step"] for r in train_rows]
-  grid = np.array([[_get(r, f"share/{d}") for r in train_rows] for d in order])
   height = min(max(3.0, 0.05 * len(order) + 1.5), 30.0)
   fig, ax = plt.subplots(figsize=(9, height), dpi=110)
   im = ax.imshow(np.nan_to_num(grid), aspect="auto", interpolation="nearest", cmap="viridis",
@@ -88,8 +100,9 @@ def plot_share_heatmap(train_rows: Sequence[Mapping], domains: Sequence[str], pa
       starts.setdefault(domain_family(d), i)
     ax.set_yticks(list(starts.values()), list(starts), fontsize=7)
   ax.set_xlabel("RL step")
-  ax.set_title(f"Sampling share of each of {len(order)} domains")
-  fig.colorbar(im, ax=ax, label="share of the batch")
+  what = "curriculum probability" if prefix == "weight/" else "share of the batch"
+  ax.set_title(f"Sampling share of each of {len(order)} domains ({what})")
+  fig.colorbar(im, ax=ax, label=what)
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)

@@ -75,3 +75,20 @@ def test_report_over_many_domains(tmp_path):
       "mean"]
   for png in ("eval_success.png", "domain_shares.png"):
     assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_share_grid_prefers_the_curriculums_probabilities():
+  from rlpt.metrics.report import share_grid
+  rng = np.random.default_rng(1)
+  train = _history(rng)["train"]
+  order, prefix, grid = share_grid(train, DOMAINS)
+  assert prefix == "share/" and order == sorted(DOMAINS, key=lambda d: (d.split("/")[1][:2], d))
+  assert grid.shape == (len(DOMAINS), len(train))
+  assert grid[0, 3] == train[3][f"share/{order[0]}"]
+  for row in train:  # a curriculum that logs its probabilities
+    for d, w in zip(DOMAINS, rng.dirichlet(np.ones(len(DOMAINS)))):
+      row[f"weight/{d}"] = float(w)
+  order, prefix, grid = share_grid(train, DOMAINS)
+  assert prefix == "weight/"
+  assert np.allclose(grid.sum(axis=0), 1.0)
+  assert grid[5, 7] == train[7][f"weight/{order[5]}"]
