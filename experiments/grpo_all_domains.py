@@ -23,7 +23,7 @@ TensorBoard groups the per-domain charts by family; the end-of-run report
 domains by gain. The argument is a comma-separated list of ``smoke`` and
 filters ``family=``, ``difficulty=``, ``tag=`` (environments.registry.list_domains),
 ``strategy=`` (the curriculum: uniform, success_band, learning_progress; default
-learning_progress) ``adaptive`` (adaptive difficulty over each family's easy / medium / hard
+success_band, the best of the three in benchmarks/curriculum.py) ``adaptive`` (adaptive difficulty over each family's easy / medium / hard
 ladders, rlpt.curriculum.difficulty) and ``prompt=`` / ``answer=`` (the bounds,
 in characters; the base is pre-trained for the same bounds).
 """
@@ -40,7 +40,7 @@ STRATEGIES = ("uniform", "success_band", "learning_progress")
 def parse_arg(arg: str) -> dict:
   """The config argument's items: smoke, domain filter, strategy, adaptive
   difficulty, prompt and answer bounds (characters)."""
-  out = dict(smoke=False, strategy="learning_progress", adaptive=False,
+  out = dict(smoke=False, strategy="success_band", adaptive=False,
              prompt=domains.ALL_PROMPT_CHARS, answer=domains.ALL_DEMO_CHARS)
   keep = []
   for item in filter(None, (x.strip() for x in arg.split(","))):
