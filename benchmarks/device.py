@@ -217,7 +217,7 @@ def cast(params, dtype):
 def measure_limits(report: Report, device, dtype) -> Limits:
   table = roofline.device_limits(device.device_kind)
   n = 8192 if device.platform != "cpu" else 1024
-  mm = roofline.matmul_rate(device, dtype, n)
+  mm = roofline.matmul_rate([device], dtype, n)
   bw = roofline.memory_bandwidth([device], 2048 if device.platform != "cpu" else 256)
   if table is None:
     limits = Limits(mm, bw, f"measured in this run ({n}^3 {jnp.dtype(dtype).name} matmul)",
@@ -307,8 +307,7 @@ class Parts:
         decode_s = max(total - pre, 1e-9)
         kvb = roofline.kv_bytes_per_token(cfg, int8)
         moved = roofline.decode_bytes(weights, kvb, b, s.decode_prompt, s.decode_new)
-        flops = b * sum(roofline.token_flops(cfg, c)
-                        for c in range(s.decode_prompt, s.decode_prompt + s.decode_new))
+        flops = roofline.decode_flops(cfg, b, s.decode_prompt, s.decode_new)
         bound, binding = self._bound(flops, moved)
         tokens = b * s.decode_new
         self.report.emit("decode_tokens_per_s", tokens / decode_s, "tokens/s", tokens / bound,

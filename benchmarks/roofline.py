@@ -1,5 +1,6 @@
-"""The limits benchmarks compare against: the machine's matmul rate, measured
-in the same run, and the model FLOPs of a token (analytic)."""
+"""The limits benchmarks compare against: the machine's matmul rate and memory
+bandwidth, measured in the same run, a datasheet table of accelerators, and the
+model FLOPs and bytes of the work (analytic)."""
 
 import time
 
@@ -11,17 +12,7 @@ import numpy as np
 def matmul_roofline() -> float:
   """fp32 GFLOP/s of large matmuls on this machine, one 1024^3 per device at
   once (every device busy, as in the workload; best of 5)."""
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec
-  n = jax.device_count()
-  mesh = Mesh(np.array(jax.devices()), ("data",))
-  a = jax.device_put(jax.random.normal(jax.random.key(0), (1024 * n, 1024), jnp.float32),
-                     NamedSharding(mesh, PartitionSpec("data", None)))
-  b = jax.device_put(jax.random.normal(jax.random.key(1), (1024, 1024), jnp.float32),
-                     NamedSharding(mesh, PartitionSpec()))
-  f = jax.jit(lambda x, y: x @ y)
-  f(a, b).block_until_ready()
-  best = min(timed(lambda: f(a, b).block_until_ready()) for _ in range(5))
-  return 2 * n * 1024 ** 3 / best / 1e9
+  return matmul_rate() / 1e9
 
 
 def timed(fn) -> float:
@@ -44,8 +35,13 @@ def generation_flops(cfg, rows: int, prompt: int, new: int, group: int = 1) -> f
   """Prefill of ``prompt`` tokens (once per ``group`` rows) plus ``new`` decoded
   tokens, for ``rows`` rows."""
   prefill = sum(token_flops(cfg, c) for c in range(prompt - 1))
-  decode = sum(token_flops(cfg, c) for c in range(prompt - 1, prompt + new - 1))
-  return rows // group * prefill + rows * decode
+  return rows // group * prefill + decode_flops(cfg, rows, prompt, new)
+
+
+def decode_flops(cfg, rows: int, prompt: int, new: int) -> float:
+  """The ``new`` decoded tokens of ``rows`` rows after a ``prompt``-token
+  prompt (the first from the prompt's last position)."""
+  return rows * sum(token_flops(cfg, c) for c in range(prompt - 1, prompt + new - 1))
 
 
 def kv_bytes_per_token(cfg, int8: bool = False) -> float:
@@ -100,15 +96,20 @@ def memory_bandwidth(devices=None, mib: int = 256, reps: int = 5) -> float:
   return 2 * x.size * 4 / best
 
 
-def matmul_rate(device=None, dtype=jnp.float32, n: int = 1024, reps: int = 5) -> float:
-  """FLOP/s of an n^3 matmul in ``dtype`` on one device, best of ``reps``."""
-  device = device or jax.devices()[0]
-  a = jax.device_put(jax.random.normal(jax.random.key(0), (n, n), dtype), device)
-  b = jax.device_put(jax.random.normal(jax.random.key(1), (n, n), dtype), device)
+def matmul_rate(devices=None, dtype=jnp.float32, n: int = 1024, reps: int = 5) -> float:
+  """FLOP/s of n^3 matmuls in ``dtype``, one per device of ``devices`` (default
+  all) at once, best of ``reps``."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec
+  devices = list(devices or jax.devices())
+  mesh = Mesh(np.array(devices), ("data",))
+  a = jax.device_put(jax.random.normal(jax.random.key(0), (n * len(devices), n), dtype),
+                     NamedSharding(mesh, PartitionSpec("data", None)))
+  b = jax.device_put(jax.random.normal(jax.random.key(1), (n, n), dtype),
+                     NamedSharding(mesh, PartitionSpec()))
   f = jax.jit(lambda x, y: x @ y)
   jax.block_until_ready(f(a, b))
   best = min(timed(lambda: jax.block_until_ready(f(a, b))) for _ in range(reps))
-  return 2 * n ** 3 / best
+  return 2 * len(devices) * n ** 3 / best
 
 
 # Peak dense bf16 FLOP/s and HBM bandwidth by jax Device.device_kind (first

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -126,8 +127,7 @@ def resident_mib() -> float:
           return int(line.split()[1]) / 1024
   except OSError:
     pass
-  import resource
-  import sys
+  import resource  # POSIX only, hence here
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, KiB elsewhere
   return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
