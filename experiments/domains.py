@@ -72,7 +72,6 @@ def parse_filter(text: str) -> dict[str, str]:
   return out
 
 
-@functools.cache
 def every_domain(spec_filter: str = "", prompt_chars: int = ALL_PROMPT_CHARS,
                  demo_chars: int = ALL_DEMO_CHARS
                  ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
@@ -80,7 +79,12 @@ def every_domain(spec_filter: str = "", prompt_chars: int = ALL_PROMPT_CHARS,
   ``parse_filter``), each bounded to ``prompt_chars`` / ``demo_chars``; the
   (id, reason) of those left out: too few tasks that fit, or no task of the
   train or the eval split). Bounded variants registered by other jobs are not
-  counted again."""
+  counted again. Chosen once per process for each filter and bounds."""
+  return _every_domain(spec_filter, prompt_chars, demo_chars)
+
+
+@functools.cache
+def _every_domain(spec_filter: str, prompt_chars: int, demo_chars: int):
   import numpy as np
   from environments import registry, splits
   from environments.bounded import register_bounded

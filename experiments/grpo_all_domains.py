@@ -95,6 +95,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   if a["smoke"]:
     c.steps = 2
     c.base.arg = "smoke"
-    c.eval.update(every=1, tasks_per_domain=1, domains_per_eval=8)
+    # Seconds, not minutes: greedy evaluation only and one decode phase, so the
+    # run compiles half the sampler programs, each smaller.
+    c.eval.update(every=1, tasks_per_domain=1, domains_per_eval=8, sampled=False)
+    c.rollout.decode_phases = 1
     c.checkpoint.every = 1
   return c

@@ -22,3 +22,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
   os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
   os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+# One cache of pre-trained bases for the session (tests/bases.py): tests that do
+# not test pre-training share it, so each tiny base trains once, not per test.
+if "RLPT_TEST_BASES" not in os.environ:
+  import atexit
+  import shutil
+  import tempfile
+  _bases = tempfile.mkdtemp(prefix="rlpt-test-bases-")
+  atexit.register(shutil.rmtree, _bases, ignore_errors=True)
+  os.environ["RLPT_TEST_BASES"] = _bases

@@ -15,17 +15,24 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from rlpt.curriculum.signal import SUM_PREFIX
+from rlpt.packing import pack_width
 from rlpt.tokenizers import Tokenizer
 
 
-def bucket_length(n: int, max_len: int, bucket: int) -> int:
-  """``n`` rounded up to a multiple of ``bucket``, at most ``max_len``.
+def bucket_length(n: int, max_len: int, bucket: int, ladder: bool = False) -> int:
+  """``n`` rounded up to a multiple of ``bucket``, at most ``max_len``; with
+  ``ladder``, then up to the next 2^k or 1.5 * 2^k (rlpt.packing.pack_width).
 
   Padding batches to a few bucket widths instead of the maximum keeps the
   number of compiled shapes small without paying for the longest prompt
-  every step.
+  every step. Multiples of ``bucket`` alone give max_len / bucket widths; the
+  ladder gives two per doubling (16, 32, 48, 64, 96, 128, 192, 256, ...), so
+  a run over prompts of every length compiles a handful.
   """
-  return min(max_len, -(-n // bucket) * bucket) if bucket else max_len
+  if not bucket:
+    return max_len
+  width = -(-n // bucket) * bucket
+  return min(max_len, pack_width(width) if ladder else width)
 
 
 def encode_prompts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int,
@@ -34,7 +41,8 @@ def encode_prompts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int,
   """Right-padded [B, P] prompt ids (BOS first) and their lengths [B].
 
   P is ``max_len``, or with ``bucket`` > 0 the longest prompt rounded up to a
-  multiple of ``bucket`` (never more than ``max_len``).
+  multiple of ``bucket`` and onto the 2^k / 1.5 * 2^k ladder (bucket_length;
+  never more than ``max_len``).
   """
   encoded = []
   for i, text in enumerate(texts):
@@ -45,7 +53,7 @@ def encode_prompts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int,
           f"prompt{where} has {len(ids)} tokens (with BOS) but the limit "
           f"(rollout.max_prompt_len) is {max_len}: {text[:80]!r}")
     encoded.append(ids)
-  width = bucket_length(max((len(e) for e in encoded), default=1), max_len, bucket)
+  width = bucket_length(max((len(e) for e in encoded), default=1), max_len, bucket, ladder=True)
   out = np.full((len(texts), width), tokenizer.pad_id, np.int32)
   lengths = np.zeros((len(texts),), np.int32)
   for i, ids in enumerate(encoded):
@@ -94,7 +102,7 @@ def pad_contexts(contexts: Sequence[Sequence[int]], max_len: int, pad_id: int,
   lengths = np.array([len(c) for c in contexts], np.int32)
   if lengths.size and lengths.max() > max_len:
     raise ValueError(f"context of {int(lengths.max())} tokens exceeds rollout.max_prompt_len={max_len}.")
-  width = bucket_length(int(lengths.max(initial=1)), max_len, bucket)
+  width = bucket_length(int(lengths.max(initial=1)), max_len, bucket, ladder=True)
   out = np.full((len(contexts), width), pad_id, np.int32)
   for i, c in enumerate(contexts):
     out[i, :len(c)] = c

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlpt.packing import pack_width
 from rlpt.rollout.batch import SequenceBatch, build_episode_sequences, encode_prompts, pad_contexts
 
 
@@ -127,9 +128,10 @@ class EpisodeRunner:
         active = still
         if active:
           answers = sample(active, first=False)
-    width = ids.shape[1] + self.max_new_tokens
-    while width < max(len(c) for c in st.ctx):
-      width += self.bucket
+    # The batch's width on the 2^k / 1.5 * 2^k ladder, at most the longest an
+    # episode can be: the update compiles a handful of shapes in a run.
+    longest = max(ids.shape[1] + self.max_new_tokens, max(len(c) for c in st.ctx))
+    width = max(longest, min(pack_width(longest), self.max_prompt_len + self.max_new_tokens))
     seq = build_episode_sequences(st.ctx, st.model, st.logps, width, self.tokenizer.pad_id)
     stats = {"turns": [ep.turns for ep in episodes], "env_s": [ep.env_s for ep in episodes],
              "generated": st.generated,

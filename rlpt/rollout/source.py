@@ -49,7 +49,8 @@ from rlpt.sharding import Rules
 
 log = logging.getLogger(__name__)
 
-# Prompt buffers are padded to a multiple of this many tokens (see bucket_length).
+# Prompt buffers are padded to a multiple of this many tokens, then onto the
+# 2^k / 1.5 * 2^k ladder (see bucket_length).
 PROMPT_BUCKET = 16
 
 

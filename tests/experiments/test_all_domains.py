@@ -13,6 +13,7 @@ from environments import registry
 from experiments import domains, grpo_all_domains
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.metrics import WALL_CLOCK_PREFIXES
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,7 +51,7 @@ def test_a_run_over_every_domain_steps_evaluates_checkpoints_and_resumes(tmp_pat
   monkeypatch.chdir(ROOT)
   cd = grpo_all_domains.get_config("smoke")
   cd.progress = False
-  cd.base.cache_dir = str(tmp_path / "bases")
+  cd.base.cache_dir = base_cache_dir()
   cd.checkpoint.export = False
   cfg = from_config_dict(TrainConfig, cd)
   n = len(cfg.domains.ids)

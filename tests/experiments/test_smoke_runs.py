@@ -8,6 +8,7 @@ import os
 import pytest
 
 from rlpt.config import PretrainConfig, TrainConfig, from_config_dict
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPERIMENTS = sorted(
@@ -16,17 +17,12 @@ EXPERIMENTS = sorted(
     if not os.path.basename(p).startswith("_") and os.path.basename(p) != "domains.py")
 
 
-@pytest.fixture(scope="module")
-def base_cache(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("bases"))
-
-
 def test_every_experiment_is_collected():
   assert "grpo_default" in EXPERIMENTS and "pretrain_base" in EXPERIMENTS
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
-def test_smoke_run(name, tmp_path, base_cache, monkeypatch):
+def test_smoke_run(name, tmp_path, monkeypatch):
   monkeypatch.chdir(ROOT)
   module = importlib.import_module(f"experiments.{name}")
   cd = module.get_config("smoke")
@@ -47,7 +43,7 @@ def test_smoke_run(name, tmp_path, base_cache, monkeypatch):
     return
   assert module.RUNNER == "train", (
       f"experiments/{name}.py: RUNNER must be 'train', 'pretrain' or 'plan'")
-  cd.base.cache_dir = base_cache
+  cd.base.cache_dir = base_cache_dir()
   cd.progress = False
   cfg = from_config_dict(TrainConfig, cd)
   from rlpt.trainer import train

@@ -12,6 +12,7 @@ import pytest
 from rlpt.config import ConfigError, DomainsConfig
 from rlpt.data import Task
 from rlpt.rollout.envs import EnvPool, register_domain_files
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -68,7 +69,7 @@ def test_the_flag_trains_on_a_file(tmp_path):
   work = tmp_path / "run"
   r = subprocess.run(
       [sys.executable, "-m", "launch.train", "--config=experiments/grpo_default.py:smoke",
-       f"--workdir={work}", "--config.steps=1", f"--config.base.cache_dir={tmp_path / 'bases'}",
+       f"--workdir={work}", "--config.steps=1", f"--config.base.cache_dir={base_cache_dir()}",
        "--config.progress=False", "--config.domains.ids=['rlpt/strings-reverse-easy-v0']",
        f"--config.domains.files=['rlpt/dataset-adds-v0={tmp_path / 'adds.jsonl'}:numeric?prompt=q&answer=a']"],
       cwd=ROOT, capture_output=True, text=True, timeout=600)

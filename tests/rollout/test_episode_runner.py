@@ -103,3 +103,25 @@ def test_row_buckets_halve_while_they_hold_the_rows_and_split_evenly():
   assert [row_bucket(n, 128, 1, smallest=16) for n in (100, 40, 9, 1)] == [128, 64, 16, 16]
   # A full size that does not halve evenly stays as it is.
   assert row_bucket(2, 12, 4) == 12 and row_bucket(2, 24, 4) == 12
+
+
+def test_prompt_and_batch_widths_lie_on_the_ladder():
+  """Prompts pad to a multiple of the bucket, then onto 2^k / 1.5 * 2^k (at most
+  max_prompt_len); the episode batch's width is on the same ladder, at most
+  max_prompt_len + max_new_tokens and never short of the longest conversation."""
+  from rlpt.rollout.batch import bucket_length, encode_prompts
+  assert [bucket_length(n, 72, 16, ladder=True) for n in (1, 17, 33, 49, 65)] == [16, 32, 48, 64, 72]
+  assert [bucket_length(n, 1000, 16, ladder=True) for n in (65, 97, 129, 200, 300, 999)] == [
+      96, 128, 192, 256, 384, 1000]
+  assert bucket_length(200, 1000, 16) == 208  # pre-training keeps plain multiples
+  widths = {bucket_length(n, 258, 16, ladder=True) for n in range(1, 259)}
+  assert sorted(widths) == [16, 32, 48, 64, 96, 128, 192, 256, 258]
+  tok = ByteTokenizer()
+  ids, lengths = encode_prompts(["x" * 150, "y"], tok, 258, bucket=16)
+  assert ids.shape == (2, 192) and list(lengths) == [151, 2]
+
+  out, calls, _ = _play(interleave=False)
+  longest = max(int((row != tok.pad_id).sum()) for row in out.seq.tokens)
+  width = out.seq.tokens.shape[1]
+  assert width >= longest and width in (64, 96, 128, 192, 256, 384, 512 + 8)
+  assert width <= 512 + 8

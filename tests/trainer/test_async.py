@@ -8,6 +8,7 @@ import pytest
 
 from experiments import grpo_default
 from rlpt.config import TrainConfig, from_config_dict
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -24,7 +25,7 @@ def _run(tmp, name, staleness, steps, latency=0.0, domain_staleness=None, dynami
   if domain_staleness:
     cd.rollout.domain_staleness = domain_staleness
   cd.env.latency_s = latency
-  cd.base.cache_dir = str(tmp / "bases")
+  cd.base.cache_dir = base_cache_dir()
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp / name))
   try:
     return [t.train_step() for _ in range(steps)]
@@ -116,7 +117,7 @@ def test_weights_in_the_step_equal_the_recomputing_pass(tmp_path, monkeypatch):
     cd.checkpoint.every = 0
     cd.optim.warmup_steps = 0
     cd.rollout.staleness = 1
-    cd.base.cache_dir = str(tmp_path / "bases")
+    cd.base.cache_dir = base_cache_dir()
     cd.rl.tis_in_step = in_step
     cfg = from_config_dict(TrainConfig, cd)
     assert cfg.recomputes_old_logp and cfg.tis_in_step == in_step
@@ -148,7 +149,7 @@ def test_asynchronous_checkpoint_keeps_the_curriculum_updates_not_yet_applied(tm
     cd.rollout.staleness = 2
     cd.checkpoint.update(every=1, export=False)
     cd.curriculum.strategy = "learning_progress"
-    cd.base.cache_dir = str(tmp_path / "bases")
+    cd.base.cache_dir = base_cache_dir()
     return Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
 
   t = make(3)

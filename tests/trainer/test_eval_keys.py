@@ -15,6 +15,7 @@ import pytest
 from experiments import grpo_default
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.metrics import WALL_CLOCK_PREFIXES
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 3
@@ -29,7 +30,7 @@ def _run(tmp, name, every):
   cd.optim.warmup_steps = 0  # every update moves the policy
   cd.rl.update(entropy_coef=0.05, dynamic_sampling=True, max_rollouts_per_step=2)
   cd.eval.update(every=every, tasks_per_domain=2)
-  cd.base.cache_dir = str(tmp / "bases")
+  cd.base.cache_dir = base_cache_dir()
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp / name))
   try:
     t.run()

@@ -19,6 +19,7 @@ from experiments import grpo_longctx
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.rollout import Graded
 from tests.numerics import sum_rounding_atol
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,7 +28,7 @@ def _first_step(tmp, impl):
   from rlpt.trainer import Trainer
   cd = grpo_longctx.get_config("smoke")
   cd.progress = False
-  cd.base.cache_dir = str(tmp / "bases")
+  cd.base.cache_dir = base_cache_dir()
   cd.base.attention_impl = impl
   # Shared-prefix scoring applies to dense attention only: off in both runs,
   # so that they differ in the attention kernel alone.

@@ -9,6 +9,7 @@ import pytest
 from experiments import grpo_lora
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.rollout.envs import Graded
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +22,7 @@ def trainer(tmp_path, monkeypatch):
   cd.progress = False
   cd.checkpoint.every = 0
   cd.optim.warmup_steps = 0  # the first update must move the adapters
-  cd.base.cache_dir = str(tmp_path / "bases")
+  cd.base.cache_dir = base_cache_dir()
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   # A reward with variance inside every group, whatever the smoke base emits.
   env_step = t.rollout.pool.step

@@ -15,6 +15,7 @@ import pytest
 
 from experiments import grpo_default
 from rlpt.config import TrainConfig, from_config_dict
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOMAINS = ["rlpt/strings-reverse-easy-v0", "rlpt/code-linear-easy-v0", "rlpt/tools-calc-easy-v0"]
@@ -31,7 +32,7 @@ def trainer(tmp_path_factory):
   cd.checkpoint.every = 0
   cd.domains.ids = DOMAINS
   cd.rollout.update(max_attempts=3, max_turns=4, max_prompt_len=1536)
-  cd.base.cache_dir = str(tmp / "bases")
+  cd.base.cache_dir = base_cache_dir()
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp / "run"))
   yield t
   t.close()
@@ -138,7 +139,7 @@ def test_context_limit_ends_episodes_unsolved(tmp_path, monkeypatch):
   cd.domains.ids = ["rlpt/strings-reverse-easy-v0"]
   # Room for the prompt and one completion, not for the feedback after it.
   cd.rollout.update(max_attempts=5, max_prompt_len=64)
-  cd.base.cache_dir = str(tmp_path / "bases")
+  cd.base.cache_dir = base_cache_dir()
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   try:
     tasks = t.rollout.task_stream.next_tasks(t.rollout.domain_sampler)

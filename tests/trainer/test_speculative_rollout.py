@@ -12,6 +12,7 @@ import numpy as np
 
 from experiments import grpo_default
 from rlpt.config import TrainConfig, from_config_dict
+from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,7 +24,7 @@ def test_speculative_rollouts_carry_the_policy_logprobs(tmp_path, monkeypatch):
   cd.progress = False
   cd.checkpoint.every = 0
   cd.speculative.update(gamma=3, warmup_steps=10, distill_every=1)
-  cd.base.cache_dir = str(tmp_path / "bases")
+  cd.base.cache_dir = base_cache_dir()
   t = Trainer(from_config_dict(TrainConfig, cd), str(tmp_path / "run"))
   try:
     assert t.rollout.samplers.speculative is not None and not t.rollout.samplers.speculative.warm
