@@ -184,13 +184,13 @@ class Trainer:
     """Everything besides the arrays that the next step depends on, as JSON:
     the rollout source's (task iterator, curriculum; `AsyncRolloutSource`
     says what it saves while producers run ahead), the actor's (KL
-    controller), the history and the reference pointer. The minibatch order
+    controller), the run log's report state and the reference pointer. The minibatch order
     and every random key are functions of seed and step (rlpt.keys), so they
     have no state; the environments are reset every rollout, so neither do they.
     """
     return jsonable({
         "step": self.step, "keys": KEY_SCHEME, **self.rollout.state_dict(),
-        **self.actor.state_dict(), "history": self.log.history,
+        **self.actor.state_dict(), "log": self.log.state_dict(),
         "reference": {"path": os.path.abspath(self.base_path),
                       "fingerprint": self.base_fingerprint}})
 
@@ -226,7 +226,10 @@ class Trainer:
     self.actor.load_state_dict(t)
     self.rollout.set_weights(self.actor.sampling_weights())
     self.rollout.load_state_dict(t, restored.step)
-    self.log.load_history(t["history"])
+    if "log" in t:
+      self.log.load_state_dict(t["log"])
+    else:  # saved before the report state: the rows themselves
+      self.log.load_history(t["history"])
     self.step = restored.step
     log.info("Resumed from checkpoint step %d in %s.", self.step, self.checkpointer.directory)
     return self.step

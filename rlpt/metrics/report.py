@@ -65,32 +65,132 @@ def plot_eval_curves(rows: Sequence[Mapping], domains: Sequence[str], path: str)
   plt.close(fig)
 
 
-def share_grid(train_rows: Sequence[Mapping], domains: Sequence[str]
-               ) -> tuple[list[str], str, np.ndarray]:
-  """(domains grouped by family, the metric prefix used, [domain, step] shares).
+# The share heatmap keeps at most this many columns: past it, adjacent
+# columns merge into their mean (a column spans 2, 4, ... steps).
+MAX_COLUMNS = 512
+_SUMS = ("share", "groups", "informative", "sampled_tokens", "env_seconds")
+
+
+class TrainSummary:
+  """What the report needs of the training rows, in memory bounded by the
+  number of domains whatever the run's length: per domain the sums behind the
+  table's columns, and each domain's sampling share per step for the heatmap
+  at most ``columns`` columns wide. Exact while the run has at most
+  ``columns`` rows; checkpointed with the run (``state_dict``, JSON)."""
+
+  def __init__(self, domains: Sequence[str], columns: int = MAX_COLUMNS):
+    if columns < 2 or columns % 2:
+      raise ValueError(f"TrainSummary columns must be an even number >= 2, got {columns}")
+    self.domains, self.columns = tuple(domains), columns
+    n = len(self.domains)
+    self.rows = 0
+    self.sums = {k: np.zeros(n) for k in _SUMS}
+    self.width = 1                      # rows per heatmap column
+    self.steps: list[list[int]] = []    # each column's [first, last] step
+    self.filled: list[int] = []         # rows in each column
+    # Per prefix, [column, domain] sums and counts of the logged (non-NaN) values.
+    self.cells = {p: (np.zeros((0, n)), np.zeros((0, n))) for p in ("weight/", "share/")}
+
+  def _values(self, row: Mapping, prefix: str) -> np.ndarray:
+    return np.array([_get(row, f"{prefix}{d}") for d in self.domains])
+
+  def add(self, row: Mapping) -> None:
+    """One training row (``step`` and the step's metrics)."""
+    self.rows += 1
+    share, groups = self._values(row, "share/"), self._values(row, "groups/")
+    logged = ~np.isnan(groups)
+    self.sums["share"] += share  # a domain missing from a row has no mean share
+    self.sums["groups"] += np.where(logged, groups, 0.0)
+    self.sums["informative"] += np.where(logged, groups * self._values(row, "informative/"), 0.0)
+    for key in ("sampled_tokens", "env_seconds"):
+      x = self._values(row, f"{key}/")
+      self.sums[key] += np.where(np.isnan(x), 0.0, x)
+    if not self.filled or self.filled[-1] == self.width:
+      if len(self.filled) == self.columns:
+        self._merge()
+      self.steps.append([int(row["step"]), int(row["step"])])
+      self.filled.append(0)
+      for p, (total, count) in self.cells.items():
+        self.cells[p] = (np.vstack([total, np.zeros((1, len(self.domains)))]),
+                         np.vstack([count, np.zeros((1, len(self.domains)))]))
+    self.steps[-1][1] = int(row["step"])
+    self.filled[-1] += 1
+    for p, (total, count) in self.cells.items():
+      x = share if p == "share/" else self._values(row, p)
+      total[-1] += np.where(np.isnan(x), 0.0, x)
+      count[-1] += ~np.isnan(x)
+
+  def _merge(self) -> None:
+    """Every two adjacent (full) columns into one twice as wide."""
+    self.width *= 2
+    self.steps = [[a[0], b[1]] for a, b in zip(self.steps[::2], self.steps[1::2])]
+    self.filled = [a + b for a, b in zip(self.filled[::2], self.filled[1::2])]
+    self.cells = {p: (total[::2] + total[1::2], count[::2] + count[1::2])
+                  for p, (total, count) in self.cells.items()}
+
+  def domain_figures(self, i: int) -> dict:
+    """Domain ``i``'s training figures for the report's table."""
+    groups = float(self.sums["groups"][i])
+    return {"train_share": float(self.sums["share"][i] / self.rows),
+            "groups": groups,
+            "informative_share": float(self.sums["informative"][i] / groups) if groups else math.nan,
+            "sampled_tokens": float(self.sums["sampled_tokens"][i]),
+            "env_seconds": float(self.sums["env_seconds"][i])}
+
+  def state_dict(self) -> dict:
+    return {"columns": self.columns, "rows": self.rows, "width": self.width,
+            "steps": self.steps, "filled": self.filled,
+            "sums": {k: v.tolist() for k, v in self.sums.items()},
+            "cells": {p: [t.tolist(), c.tolist()] for p, (t, c) in self.cells.items()}}
+
+  def load_state_dict(self, state: Mapping) -> None:
+    n = len(self.domains)
+    self.columns, self.rows, self.width = state["columns"], state["rows"], state["width"]
+    self.steps, self.filled = [list(x) for x in state["steps"]], list(state["filled"])
+    self.sums = {k: np.asarray(v, np.float64) for k, v in state["sums"].items()}
+    self.cells = {p: (np.asarray(t, np.float64).reshape(-1, n), np.asarray(c, np.float64).reshape(-1, n))
+                  for p, (t, c) in state["cells"].items()}
+
+  @classmethod
+  def of_rows(cls, domains: Sequence[str], rows: Sequence[Mapping],
+              columns: int = MAX_COLUMNS) -> "TrainSummary":
+    out = cls(domains, columns)
+    for r in rows:
+      out.add(r)
+    return out
+
+
+def share_grid(train: TrainSummary) -> tuple[list[str], str, np.ndarray, list[list[int]]]:
+  """(domains grouped by family, the metric prefix used, [domain, column]
+  shares, each column's [first, last] step).
 
   The share is the curriculum's probability of the domain (``weight/<d>``)
   where the run logs it, else the domain's share of the trained batch
   (``share/<d>``: with many domains a batch holds each in steps of
-  1/prompts, mostly 0)."""
-  order = sorted(domains, key=lambda d: (domain_family(d), d))
-  prefix = "weight/" if order and any(f"weight/{order[0]}" in r for r in train_rows) else "share/"
-  return order, prefix, np.array([[_get(r, f"{prefix}{d}") for r in train_rows] for d in order])
+  1/prompts, mostly 0). A column is the mean over its steps (one step per
+  column while the run has at most ``MAX_COLUMNS`` steps)."""
+  order = sorted(range(len(train.domains)), key=lambda i: (domain_family(train.domains[i]),
+                                                            train.domains[i]))
+  weights = train.cells["weight/"][1]
+  prefix = "weight/" if order and weights[:, order[0]].any() else "share/"
+  total, count = train.cells[prefix]
+  with np.errstate(invalid="ignore", divide="ignore"):
+    grid = np.where(count > 0, total / np.maximum(count, 1), np.nan).T[order]
+  return [train.domains[i] for i in order], prefix, grid, train.steps
 
 
-def plot_share_heatmap(train_rows: Sequence[Mapping], domains: Sequence[str], path: str) -> None:
+def plot_share_heatmap(train: TrainSummary, path: str) -> None:
   """Each domain's sampling share over the logged steps (``share_grid``): one
-  row per domain (grouped by family), one column per step."""
+  row per domain (grouped by family), one column per step (or span of steps)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  order, prefix, grid = share_grid(train_rows, domains)
-  steps = [r["step"] for r in train_rows]
+  order, prefix, grid, steps = share_grid(train)
   height = min(max(3.0, 0.05 * len(order) + 1.5), 30.0)
   fig, ax = plt.subplots(figsize=(9, height), dpi=110)
   im = ax.imshow(np.nan_to_num(grid), aspect="auto", interpolation="nearest", cmap="viridis",
-                 extent=(steps[0] - 0.5, steps[-1] + 0.5, len(order) - 0.5, -0.5) if steps
+                 extent=(steps[0][0] - 0.5, steps[-1][1] + 0.5, len(order) - 0.5, -0.5) if steps
                  else None)
   if len(order) <= 40:
     ax.set_yticks(range(len(order)), [d.removeprefix("rlpt/") for d in order], fontsize=6)
@@ -109,34 +209,25 @@ def plot_share_heatmap(train_rows: Sequence[Mapping], domains: Sequence[str], pa
 
 
 def domain_rows(base: Mapping, final: Mapping, domains: Sequence[str],
-                train_rows: Sequence[Mapping] = (), eval_rows: Sequence[Mapping] = ()) -> list[dict]:
+                train: TrainSummary | None = None, eval_tasks: Mapping[str, float] | None = None
+                ) -> list[dict]:
   """One dict per domain, sorted by gain (the first measure's final - base, then
-  domain): family, base / final / gain per measure, and over the logged training
-  steps its mean sampling share, its groups' informative share, tokens sampled
-  and environment seconds; with ``eval_rows``, the held-out tasks evaluated
-  (per measure, over every evaluation)."""
+  domain): family, base / final / gain per measure, and with ``train`` (over
+  the logged training steps) its mean sampling share, its groups' informative
+  share, tokens sampled and environment seconds; with ``eval_tasks``, the
+  held-out tasks evaluated per domain (per measure, over every evaluation)."""
   measures = _present([base])
+  index = {d: i for i, d in enumerate(train.domains)} if train is not None else {}
   out = []
   for d in domains:
     row: dict = {"domain": d, "family": domain_family(d)}
     for key, _ in measures:
       b, f = _get(base, f"{key}/{d}"), _get(final, f"{key}/{d}")
       row.update({f"{key}_base": b, f"{key}_final": f, f"{key}_gain": f - b})
-    if train_rows:
-      groups = [_get(r, f"groups/{d}") for r in train_rows]
-      inf = [_get(r, f"informative/{d}") for r in train_rows]
-      n = sum(g for g in groups if not math.isnan(g))
-      row["train_share"] = float(np.mean([_get(r, f"share/{d}") for r in train_rows]))
-      row["groups"] = n
-      row["informative_share"] = (sum(g * i for g, i in zip(groups, inf) if not math.isnan(g)) / n
-                                  if n else math.nan)
-      row["sampled_tokens"] = sum(x for r in train_rows
-                                  if not math.isnan(x := _get(r, f"sampled_tokens/{d}")))
-      row["env_seconds"] = sum(x for r in train_rows
-                               if not math.isnan(x := _get(r, f"env_seconds/{d}")))
-    if eval_rows:
-      row["eval_tasks"] = sum(r["eval/tasks"] / r["eval/domains"] for r in eval_rows
-                              if f"{measures[0][0]}/{d}" in r and "eval/tasks" in r)
+    if train is not None and train.rows:
+      row.update(train.domain_figures(index[d]))
+    if eval_tasks is not None:
+      row["eval_tasks"] = float(eval_tasks.get(d, 0.0))
     out.append(row)
   if measures:
     gain = f"{measures[0][0]}_gain"

@@ -4,6 +4,7 @@ its steps, evaluates (all domains first and last, a rotating subset between),
 checkpoints, is interrupted and resumes with metrics identical to an
 uninterrupted run's; its report covers every domain."""
 
+import csv
 import json
 import os
 
@@ -23,6 +24,11 @@ def _rows(workdir):
     rows = [json.loads(line) for line in f]
   return [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK_PREFIXES)}
           for r in rows if r["kind"] in ("train", "eval")]
+
+
+def _report(workdir):
+  with open(os.path.join(workdir, "domains.csv")) as f:
+    return [{k: v for k, v in r.items() if k != "env_seconds"} for r in csv.DictReader(f)]
 
 
 def test_selection_covers_every_registered_domain():
@@ -78,6 +84,9 @@ def test_a_run_over_every_domain_steps_evaluates_checkpoints_and_resumes(tmp_pat
   finally:
     trainer.close()
   assert _rows(workdir) == _rows(reference)
+  # The report of the resumed run (its training summary restored from the
+  # checkpoint) is the uninterrupted run's, but for the environments' seconds.
+  assert _report(workdir) == _report(reference)
 
   rows = _rows(reference)
   evals = [r for r in rows if r["kind"] == "eval"]

@@ -3,6 +3,7 @@ history over many domains: rows sorted by gain, figures equal to a direct
 computation over the logged rows, the CSV, the heatmap and the family curves."""
 
 import csv
+import json
 import math
 
 import numpy as np
@@ -78,17 +79,55 @@ def test_report_over_many_domains(tmp_path):
 
 
 def test_share_grid_prefers_the_curriculums_probabilities():
-  from rlpt.metrics.report import share_grid
+  from rlpt.metrics.report import TrainSummary, share_grid
   rng = np.random.default_rng(1)
   train = _history(rng)["train"]
-  order, prefix, grid = share_grid(train, DOMAINS)
+  order, prefix, grid, steps = share_grid(TrainSummary.of_rows(DOMAINS, train))
   assert prefix == "share/" and order == sorted(DOMAINS, key=lambda d: (d.split("/")[1][:2], d))
   assert grid.shape == (len(DOMAINS), len(train))
+  assert steps == [[r["step"], r["step"]] for r in train]
   assert grid[0, 3] == train[3][f"share/{order[0]}"]
   for row in train:  # a curriculum that logs its probabilities
     for d, w in zip(DOMAINS, rng.dirichlet(np.ones(len(DOMAINS)))):
       row[f"weight/{d}"] = float(w)
-  order, prefix, grid = share_grid(train, DOMAINS)
+  order, prefix, grid, _ = share_grid(TrainSummary.of_rows(DOMAINS, train))
   assert prefix == "weight/"
   assert np.allclose(grid.sum(axis=0), 1.0)
   assert grid[5, 7] == train[7][f"weight/{order[5]}"]
+
+
+def test_a_long_run_keeps_a_bounded_summary_of_its_steps():
+  """Past ``columns`` steps the heatmap's adjacent columns merge into their mean
+  (a column spans 2, 4, ... steps) and the table's sums stay exact; the state
+  (checkpointed as JSON) does not grow with the steps."""
+  from rlpt.metrics.report import TrainSummary, share_grid
+  rng = np.random.default_rng(2)
+  rows = [r for k in range(4) for r in _history(rng)["train"]]  # 120 steps
+  for i, r in enumerate(rows):
+    r["step"] = i + 1
+  short = TrainSummary.of_rows(DOMAINS, rows[:8], columns=8)
+  long = TrainSummary.of_rows(DOMAINS, rows, columns=8)
+  assert long.width == 16 and len(long.steps) == 8
+  assert long.steps[0] == [1, 16] and long.steps[-1] == [113, 120]
+  _, _, grid, _ = share_grid(long)
+  order = share_grid(short)[0]
+  for c, (first, last) in enumerate(long.steps):
+    span = rows[first - 1:last]
+    np.testing.assert_allclose(grid[:, c], [np.mean([r[f"share/{d}"] for r in span]) for d in order],
+                               rtol=1e-12)
+  exact = TrainSummary.of_rows(DOMAINS, rows)  # 512 columns: one per step
+  for i, d in enumerate(DOMAINS):
+    a, b = long.domain_figures(i), exact.domain_figures(i)
+    assert a == pytest.approx(b, rel=1e-12, nan_ok=True)
+    groups = [r[f"groups/{d}"] for r in rows if f"groups/{d}" in r]
+    assert a["groups"] == sum(groups)
+  size = len(json.dumps(long.state_dict()))
+  more = TrainSummary.of_rows(DOMAINS, rows + rows, columns=8)
+  assert len(json.dumps(more.state_dict())) <= 1.05 * size
+  restored = TrainSummary(DOMAINS, columns=8)
+  restored.load_state_dict(json.loads(json.dumps(long.state_dict())))
+  restored.add(rows[0] | {"step": 121})
+  long.add(rows[0] | {"step": 121})
+  assert json.dumps(restored.state_dict()) == json.dumps(long.state_dict())
+  with pytest.raises(ValueError, match="even number"):
+    TrainSummary(DOMAINS, columns=5)
