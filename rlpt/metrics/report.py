@@ -85,11 +85,11 @@ class TrainSummary:
     n = len(self.domains)
     self.rows = 0
     self.sums = {k: np.zeros(n) for k in _SUMS}
-    self.width = 1                      # rows per heatmap column
+    self.width = 1                      # rows per heatmap column (the last may hold fewer)
     self.steps: list[list[int]] = []    # each column's [first, last] step
-    self.filled: list[int] = []         # rows in each column
+    self.in_last = 0                    # rows in the last column
     # Per prefix, [column, domain] sums and counts of the logged (non-NaN) values.
-    self.cells = {p: (np.zeros((0, n)), np.zeros((0, n))) for p in ("weight/", "share/")}
+    self.cells = {p: (np.zeros((columns, n)), np.zeros((columns, n))) for p in ("weight/", "share/")}
 
   def _values(self, row: Mapping, prefix: str) -> np.ndarray:
     return np.array([_get(row, f"{prefix}{d}") for d in self.domains])
@@ -105,28 +105,30 @@ class TrainSummary:
     for key in ("sampled_tokens", "env_seconds"):
       x = self._values(row, f"{key}/")
       self.sums[key] += np.where(np.isnan(x), 0.0, x)
-    if not self.filled or self.filled[-1] == self.width:
-      if len(self.filled) == self.columns:
+    step = int(row["step"])
+    if not self.steps or self.in_last == self.width:
+      if len(self.steps) == self.columns:
         self._merge()
-      self.steps.append([int(row["step"]), int(row["step"])])
-      self.filled.append(0)
-      for p, (total, count) in self.cells.items():
-        self.cells[p] = (np.vstack([total, np.zeros((1, len(self.domains)))]),
-                         np.vstack([count, np.zeros((1, len(self.domains)))]))
-    self.steps[-1][1] = int(row["step"])
-    self.filled[-1] += 1
+      self.steps.append([step, step])
+      self.in_last = 0
+    self.steps[-1][1] = step
+    self.in_last += 1
+    c = len(self.steps) - 1
     for p, (total, count) in self.cells.items():
       x = share if p == "share/" else self._values(row, p)
-      total[-1] += np.where(np.isnan(x), 0.0, x)
-      count[-1] += ~np.isnan(x)
+      total[c] += np.where(np.isnan(x), 0.0, x)
+      count[c] += ~np.isnan(x)
 
   def _merge(self) -> None:
     """Every two adjacent (full) columns into one twice as wide."""
+    half = self.columns // 2
     self.width *= 2
     self.steps = [[a[0], b[1]] for a, b in zip(self.steps[::2], self.steps[1::2])]
-    self.filled = [a + b for a, b in zip(self.filled[::2], self.filled[1::2])]
-    self.cells = {p: (total[::2] + total[1::2], count[::2] + count[1::2])
-                  for p, (total, count) in self.cells.items()}
+    self.in_last = self.width
+    for total, count in self.cells.values():
+      for x in (total, count):
+        x[:half] = x[0::2] + x[1::2]
+        x[half:] = 0.0
 
   def domain_figures(self, i: int) -> dict:
     """Domain ``i``'s training figures for the report's table."""
@@ -138,18 +140,21 @@ class TrainSummary:
             "env_seconds": float(self.sums["env_seconds"][i])}
 
   def state_dict(self) -> dict:
+    used = len(self.steps)
     return {"columns": self.columns, "rows": self.rows, "width": self.width,
-            "steps": self.steps, "filled": self.filled,
+            "steps": self.steps, "in_last": self.in_last,
             "sums": {k: v.tolist() for k, v in self.sums.items()},
-            "cells": {p: [t.tolist(), c.tolist()] for p, (t, c) in self.cells.items()}}
+            "cells": {p: [t[:used].tolist(), c[:used].tolist()] for p, (t, c) in self.cells.items()}}
 
   def load_state_dict(self, state: Mapping) -> None:
-    n = len(self.domains)
-    self.columns, self.rows, self.width = state["columns"], state["rows"], state["width"]
-    self.steps, self.filled = [list(x) for x in state["steps"]], list(state["filled"])
+    self.__init__(self.domains, state["columns"])
+    self.rows, self.width, self.in_last = state["rows"], state["width"], state["in_last"]
+    self.steps = [list(x) for x in state["steps"]]
     self.sums = {k: np.asarray(v, np.float64) for k, v in state["sums"].items()}
-    self.cells = {p: (np.asarray(t, np.float64).reshape(-1, n), np.asarray(c, np.float64).reshape(-1, n))
-                  for p, (t, c) in state["cells"].items()}
+    used = len(self.steps)
+    for p, (t, c) in state["cells"].items() if used else ():
+      total, count = self.cells[p]
+      total[:used], count[:used] = np.reshape(t, (used, -1)), np.reshape(c, (used, -1))
 
   @classmethod
   def of_rows(cls, domains: Sequence[str], rows: Sequence[Mapping],
@@ -171,9 +176,10 @@ def share_grid(train: TrainSummary) -> tuple[list[str], str, np.ndarray, list[li
   column while the run has at most ``MAX_COLUMNS`` steps)."""
   order = sorted(range(len(train.domains)), key=lambda i: (domain_family(train.domains[i]),
                                                             train.domains[i]))
-  weights = train.cells["weight/"][1]
+  used = len(train.steps)
+  weights = train.cells["weight/"][1][:used]
   prefix = "weight/" if order and weights[:, order[0]].any() else "share/"
-  total, count = train.cells[prefix]
+  total, count = (x[:used] for x in train.cells[prefix])
   with np.errstate(invalid="ignore", divide="ignore"):
     grid = np.where(count > 0, total / np.maximum(count, 1), np.nan).T[order]
   return [train.domains[i] for i in order], prefix, grid, train.steps
