@@ -9,7 +9,9 @@ call it collects garbage, hands freed heap back to the system
 (``malloc_trim``) and reads the process's resident memory. Prints the
 increase per first call (a new program) and per second call (no new
 program), and their medians: what a long run's memory grows by with each
-new shape it meets. About 2 minutes on 2 CPU cores (mostly compilation).
+new shape it meets. Then bounds the programs kept (rlpt.runtime.PROGRAMS,
+``--keep``) and prints what that hands back. About 2 minutes on 2 CPU cores
+(mostly compilation).
 """
 
 import ctypes
@@ -27,13 +29,14 @@ from absl import app, flags  # noqa: E402
 _ROWS = flags.DEFINE_list("rows", ["128", "64"], "Sampler batch rows (row buckets of the job).")
 _WIDTHS = flags.DEFINE_list("widths", ["16", "32", "48", "64", "96", "128", "192", "256", "258"],
                             "Prompt buffer widths (the job's width ladder).")
+_KEEP = flags.DEFINE_integer("keep", 2, "Programs kept after the measure (PROGRAMS.resize).")
 
 
 def main(_):
   from experiments import grpo_all_domains
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.keys import run_key
-  from rlpt.runtime import resident_mib
+  from rlpt.runtime import PROGRAMS, resident_mib
   from rlpt.trainer import Trainer
 
   cd = grpo_all_domains.get_config("")
@@ -47,6 +50,7 @@ def main(_):
     libc.malloc_trim(0)
     return resident_mib()
 
+  PROGRAMS.resize(0)  # keep every program while measuring
   with tempfile.TemporaryDirectory() as work:
     trainer = Trainer(cfg, work)
     try:
@@ -69,11 +73,16 @@ def main(_):
             prev = now
           print(f"rows {rows:4d} width {width:4d}: new program {new[-1]:+7.1f} MiB, "
                 f"same shape again {again[-1]:+6.1f} MiB", flush=True)
+      kept = len(PROGRAMS)
+      PROGRAMS.resize(_KEEP.value)
+      freed = prev - rss()
     finally:
       trainer.close()
   print(f"median over {len(new)} shapes: new program {statistics.median(new):+.1f} MiB "
         f"[{min(new):+.1f} .. {max(new):+.1f}], same shape again "
         f"{statistics.median(again):+.1f} MiB")
+  print(f"bounded from {kept} to {len(PROGRAMS)} programs (rlpt.runtime.PROGRAMS): "
+        f"{freed:.1f} MiB handed back")
 
 
 if __name__ == "__main__":

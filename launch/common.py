@@ -23,6 +23,13 @@ COMPILATION_CACHE = flags.DEFINE_string(
     "so the same bits). Empty: compile everything afresh.")
 
 
+MAX_PROGRAMS = flags.DEFINE_integer(
+    "max_programs", None, "Compiled programs kept in memory (rlpt.runtime.PROGRAMS: sampler, "
+    "reference pass and update, one per shape); past it the least recently used is dropped and, "
+    "met again, loaded from --compilation_cache. 0: no bound. Default: "
+    "rlpt.runtime.MAX_PROGRAMS.", lower_bound=0)
+
+
 USAGE_EXIT = 2  # the exit status of every user mistake on the command line
 
 
@@ -159,6 +166,13 @@ def use_compilation_cache() -> None:
     use(COMPILATION_CACHE.value)
   except OSError as e:
     usage_error(f"--compilation_cache={COMPILATION_CACHE.value}: {e.strerror or e}")
+
+
+def bound_programs() -> None:
+  """Applies --max_programs (when given) to rlpt.runtime.PROGRAMS."""
+  if MAX_PROGRAMS.value is not None:
+    from rlpt.runtime import PROGRAMS
+    PROGRAMS.resize(MAX_PROGRAMS.value)
 
 
 def typed_config(cls, config_dict):

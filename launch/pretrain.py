@@ -20,6 +20,7 @@ def main(argv):
   common.quiet_libraries()
   common.pin_cpu_threads()
   common.use_compilation_cache()
+  common.bound_programs()
   from rlpt.config import PretrainConfig
   from rlpt.pretrain import pretrain
   cfg = common.typed_config(PretrainConfig, _CONFIG.value)

@@ -69,6 +69,7 @@ def main(argv):
     common.usage_error(f"--cpu_devices={_CPU_DEVICES.value}: {e}")
   common.pin_cpu_threads()
   common.use_compilation_cache()
+  common.bound_programs()
   ray_started = False
   if cfg.env.backend == "ray":  # before JAX's threads exist: Ray starts its processes by fork + exec
     from rlpt.rollout.ray_backend import start_ray

@@ -46,8 +46,8 @@ from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advan
 from rlpt.rollout.batch import RolloutBatch
 from rlpt.rollout.pipeline import BusyClock
 from rlpt.runtime import (batch_multiple, batch_sharding, host_to_global, is_primary, jit_step,
-                          make_reshard, place_params, place_train_state, replicated, to_device,
-                          to_host, with_rules)
+                          make_reshard, place_params, place_train_state, pooled_jit, replicated,
+                          to_device, to_host, with_rules)
 from rlpt.sampling import SamplingParams
 from rlpt.sharding import state_shardings
 from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
@@ -152,8 +152,9 @@ class Actor:
     def logprobs_for(shared: SharedPrefix | None, packed: bool = False):
       def logprobs(params, tokens, segments):
         return sequence_logprobs(self.graphdef, params, tokens, sampling, shared, segments)
-      return jax.jit(with_rules(logprobs, mesh, self.rules),
-                     in_shardings=(self.ref_sh, bs2, bs2 if packed else None), out_shardings=bs2)
+      return pooled_jit(with_rules(logprobs, mesh, self.rules),
+                        in_shardings=(self.ref_sh, bs2, bs2 if packed else None),
+                        out_shardings=bs2)
 
     self._train_step_for, self._logprobs_for = train_step_for, logprobs_for
     rl = update.rl
@@ -175,9 +176,9 @@ class Actor:
                                   (self._value_batch_sh, self._counts_sh), mesh,
                                   rules=self.rules, graphdef=vgraph, optimizer=self.value_optimizer,
                                   value_cfg=update.value_loss)
-      self._values = jax.jit(with_rules(functools.partial(sequence_values, vgraph), mesh,
-                                        self.rules),
-                             in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
+      self._values = pooled_jit(with_rules(functools.partial(sequence_values, vgraph), mesh,
+                                           self.rules),
+                                in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
 
   # --------------------------------------------------------------------------
   # The models.
