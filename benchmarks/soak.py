@@ -11,7 +11,10 @@ the run is given, WORKDIR/tmp, and in each sandbox worker's own /tmp). After ``-
 stopped (SIGTERM, then SIGKILL) and what it left in WORKDIR/tmp is counted.
 Prints first / last / max of each and the verdict counts: every
 infrastructure failure must have been retried away (``infra_errors`` 0 on
-every logged step). Writes WORKDIR/soak.json.
+every logged step), and the trainer's own figures from its metrics: resident
+memory per 50 steps and its linear trend after step 50, the compiled programs
+kept (rlpt.runtime.PROGRAMS) and dropped, the XLA compiles. Writes
+WORKDIR/soak.json.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ _EVERY = flags.DEFINE_integer("every", 30, "Seconds between samples.")
 _WORKDIR = flags.DEFINE_string("workdir", os.path.join(ROOT, "runs", "soak"), "Run folder (emptied).")
 _ARG = flags.DEFINE_string("arg", "", "grpo_all_domains argument (e.g. 'family=terminal').")
 _STEPS = flags.DEFINE_integer("steps", 100_000, "--config.steps (the run is stopped by time).")
+_MAX_PROGRAMS = flags.DEFINE_integer("max_programs", None, "launch.train --max_programs "
+                                     "(compiled programs kept; default: launch.train's own).")
 
 
 def _children() -> dict[int, list[int]]:
@@ -105,6 +110,31 @@ def sample(pid: int, tmp: str) -> dict[str, float]:
           "sandbox_roots": roots, "sandbox_job_dirs": jobs}
 
 
+def trainer_figures(train: list[dict], settle: int = 50) -> dict:
+  """From the logged train rows: resident memory (``host/rss_mib``), median
+  per ``settle`` steps and its least-squares slope over the steps after the
+  first ``settle`` (MiB a step); the compiled programs kept (at most, at the
+  end), dropped and compiled."""
+  import numpy as np
+  steps = np.array([r["step"] for r in train if "host/rss_mib" in r], float)
+  rss = np.array([r["host/rss_mib"] for r in train if "host/rss_mib" in r], float)
+  out: dict = {}
+  if len(steps):
+    out["rss_median_per_block"] = [
+        float(np.median(rss[(steps > k) & (steps <= k + settle)]))
+        for k in range(0, int(steps.max()), settle) if ((steps > k) & (steps <= k + settle)).any()]
+    late = steps > settle
+    if late.sum() > 2:
+      out["rss_trend_mib_per_step"] = float(np.polyfit(steps[late], rss[late], 1)[0])
+  last = train[-1] if train else {}
+  for key in ("host/programs", "host/program_evictions", "host/compiles", "host/compile_s"):
+    if key in last:
+      out[key.split("/")[1] + "_last"] = last[key]
+  if train and "host/programs" in last:
+    out["programs_max"] = max(r.get("host/programs", 0.0) for r in train)
+  return out
+
+
 def main(_):
   workdir = _WORKDIR.value
   subprocess.run(["rm", "-rf", workdir], check=True)
@@ -115,6 +145,8 @@ def main(_):
   cmd = [sys.executable, "-m", "launch.train", f"--config={config}", f"--workdir={workdir}",
          f"--config.steps={_STEPS.value}", "--config.progress=False",
          "--config.checkpoint.every=25", "--config.eval.every=100"]
+  if _MAX_PROGRAMS.value is not None:
+    cmd.append(f"--max_programs={_MAX_PROGRAMS.value}")
   print(" ".join(cmd[1:]), flush=True)
   # The run's own temp folder: the sandbox's work folders are counted there only.
   tmp = os.path.join(workdir, "tmp")
@@ -158,7 +190,8 @@ def main(_):
       "retries": sum(r.get("env/retries", 0.0) for r in train),
       "timeouts": sum(r.get("env/timeouts", 0.0) for r in train),
       "domains": sum(k.startswith("share/") for k in train[0]) if train else 0,
-      "left_behind": {"sandbox_roots": left_roots, "sandbox_job_dirs": left_jobs}}
+      "left_behind": {"sandbox_roots": left_roots, "sandbox_job_dirs": left_jobs},
+      "trainer": trainer_figures(train)}
   with open(os.path.join(workdir, "soak.json"), "w") as f:
     json.dump(result, f, indent=1)
   print(f"\n{result['steps']} steps over {result['domains']} domains in {_SECONDS.value} s; "
@@ -168,6 +201,7 @@ def main(_):
   print("| | first | last | max |\n|---|---:|---:|---:|")
   for k, v in summary.items():
     print(f"| {k} | {v['first']:.0f} | {v['last']:.0f} | {v['max']:.0f} |")
+  print("trainer:", json.dumps(result["trainer"]))
 
 
 if __name__ == "__main__":

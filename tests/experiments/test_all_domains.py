@@ -1,8 +1,9 @@
 """The all-domains job (experiments/grpo_all_domains.py) at its ``:smoke`` size:
 every registered domain (bounded to the tiny context) in one run, which takes
 its steps, evaluates (all domains first and last, a rotating subset between),
-checkpoints, is interrupted and resumes with metrics identical to an
-uninterrupted run's; its report covers every domain."""
+checkpoints, is interrupted and resumes (keeping at most 4 compiled programs)
+with metrics identical to an uninterrupted run's; its report covers every
+domain."""
 
 import csv
 import json
@@ -14,6 +15,7 @@ from environments import registry
 from experiments import domains, grpo_all_domains
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.metrics import WALL_CLOCK_PREFIXES
+from rlpt.runtime import PROGRAMS
 from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -78,11 +80,17 @@ def test_a_run_over_every_domain_steps_evaluates_checkpoints_and_resumes(tmp_pat
     trainer.run()
   trainer.close()
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["1"]
+  # The resumed run keeps at most 4 compiled programs (a long run's bound,
+  # tightened): programs dropped and made again compute the same bits.
+  capacity, evictions = PROGRAMS.capacity, PROGRAMS.evictions
+  PROGRAMS.resize(4)
   trainer = Trainer(cfg, workdir)
   try:
     trainer.run()
   finally:
     trainer.close()
+    PROGRAMS.resize(capacity)
+  assert PROGRAMS.evictions - evictions > 10
   assert _rows(workdir) == _rows(reference)
   # The report of the resumed run (its training summary restored from the
   # checkpoint) is the uninterrupted run's, but for the environments' seconds.
