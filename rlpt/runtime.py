@@ -319,7 +319,7 @@ def with_rules(fn: Callable, mesh: Mesh, rules: Rules | None) -> Callable:
 # ----------------------------------------------------------------------------
 # Compiled programs, bounded.
 
-MAX_PROGRAMS = 64  # default bound of `PROGRAMS` (launch flag --max_programs)
+MAX_PROGRAMS = 32  # default bound of `PROGRAMS` (launch flag --max_programs)
 
 
 class ProgramPool:
@@ -339,6 +339,12 @@ class ProgramPool:
   that JAX compiles outside ``pooled_jit`` (eager operations, one-off
   initialisers) are few, small and not counted. Thread-safe: an
   asynchronous producer samples while the update runs.
+
+  The default, 32, holds every program of the main job (26 in its 200
+  steps); the all-domains job meets 52 in 529 steps and, bounded, drops
+  about one every 13 steps (docs/curriculum.md, "Long runs"). Calling
+  through the pool costs a pytree flatten (0.13 ms for a 118-leaf train
+  state on this CPU).
   """
 
   def __init__(self, capacity: int = MAX_PROGRAMS):
