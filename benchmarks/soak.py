@@ -29,6 +29,9 @@ import time
 
 from absl import app, flags
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_figures import trainer_figures  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SECONDS = flags.DEFINE_integer("seconds", 600, "Wall time of the run.")
 _EVERY = flags.DEFINE_integer("every", 30, "Seconds between samples.")
@@ -108,31 +111,6 @@ def sample(pid: int, tmp: str) -> dict[str, float]:
   roots, jobs = sandbox_dirs(pids, tmp)
   return {"open_fds": fds, "processes": procs, "threads": threads, "rss_mib": rss_kib / 1024,
           "sandbox_roots": roots, "sandbox_job_dirs": jobs}
-
-
-def trainer_figures(train: list[dict], settle: int = 50) -> dict:
-  """From the logged train rows: resident memory (``host/rss_mib``), median
-  per ``settle`` steps and its least-squares slope over the steps after the
-  first ``settle`` (MiB a step); the compiled programs kept (at most, at the
-  end), dropped and compiled."""
-  import numpy as np
-  steps = np.array([r["step"] for r in train if "host/rss_mib" in r], float)
-  rss = np.array([r["host/rss_mib"] for r in train if "host/rss_mib" in r], float)
-  out: dict = {}
-  if len(steps):
-    out["rss_median_per_block"] = [
-        float(np.median(rss[(steps > k) & (steps <= k + settle)]))
-        for k in range(0, int(steps.max()), settle) if ((steps > k) & (steps <= k + settle)).any()]
-    late = steps > settle
-    if late.sum() > 2:
-      out["rss_trend_mib_per_step"] = float(np.polyfit(steps[late], rss[late], 1)[0])
-  last = train[-1] if train else {}
-  for key in ("host/programs", "host/program_evictions", "host/compiles", "host/compile_s"):
-    if key in last:
-      out[key.split("/")[1] + "_last"] = last[key]
-  if train and "host/programs" in last:
-    out["programs_max"] = max(r.get("host/programs", 0.0) for r in train)
-  return out
 
 
 def main(_):

@@ -1,6 +1,6 @@
-"""benchmarks/soak.py: the trainer's figures from its logged rows (medians per
-block, the least-squares trend after settling, the program counts) against
-direct computations."""
+"""benchmarks/host_figures.py (benchmarks/soak.py's report): the trainer's
+figures from its logged rows (medians per block, the least-squares trend
+after settling, the program counts) against direct computations."""
 
 import os
 import sys
@@ -10,7 +10,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import soak  # noqa: E402
+from host_figures import trainer_figures  # noqa: E402
 
 
 def _rows(n, rss):
@@ -20,10 +20,10 @@ def _rows(n, rss):
 
 
 def test_a_flat_run_has_no_trend_and_a_growing_one_its_slope():
-  flat = soak.trainer_figures(_rows(200, lambda s: 3000.0 + (50.0 if s % 2 else -50.0)))
+  flat = trainer_figures(_rows(200, lambda s: 3000.0 + (50.0 if s % 2 else -50.0)))
   assert abs(flat["rss_trend_mib_per_step"]) < 0.05  # the +-50 swing alone
   assert flat["rss_median_per_block"] == [3000.0] * 4
-  growing = soak.trainer_figures(_rows(200, lambda s: 1000.0 + 0.75 * s + 30.0 * np.sin(s)))
+  growing = trainer_figures(_rows(200, lambda s: 1000.0 + 0.75 * s + 30.0 * np.sin(s)))
   steps = np.arange(51, 201)
   want = np.polyfit(steps, 1000.0 + 0.75 * steps + 30.0 * np.sin(steps), 1)[0]
   assert abs(growing["rss_trend_mib_per_step"] - want) < 1e-9
@@ -31,7 +31,7 @@ def test_a_flat_run_has_no_trend_and_a_growing_one_its_slope():
 
 
 def test_program_counts_come_from_the_last_row_and_the_maximum():
-  f = soak.trainer_figures(_rows(120, lambda s: 1.0))
+  f = trainer_figures(_rows(120, lambda s: 1.0))
   assert f["programs_last"] == 40.0 and f["programs_max"] == 40.0
   assert f["program_evictions_last"] == 80.0 and f["compiles_last"] == 90.0
-  assert soak.trainer_figures([]) == {}
+  assert trainer_figures([]) == {}
