@@ -10,8 +10,9 @@ def trainer_figures(train: list[dict], settle: int = 50) -> dict:
   per ``settle`` steps and its least-squares slope over the steps after the
   first ``settle`` (MiB a step); the compiled programs kept (at most, at the
   end), dropped and compiled."""
-  steps = np.array([r["step"] for r in train if "host/rss_mib" in r], float)
-  rss = np.array([r["host/rss_mib"] for r in train if "host/rss_mib" in r], float)
+  logged = [r for r in train if "host/rss_mib" in r]
+  steps = np.array([r["step"] for r in logged], float)
+  rss = np.array([r["host/rss_mib"] for r in logged], float)
   out: dict = {}
   if len(steps):
     out["rss_median_per_block"] = [
