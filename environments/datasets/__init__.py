@@ -8,8 +8,10 @@
 A file is JSONL, JSON (a list of objects), Parquet, a single Arrow IPC stream
 file, or a Hugging Face `save_to_disk` folder (`environments.datasets.loaders`).
 Each row maps to a task through `fields` (defaults: prompt, answer, id, split,
-system, entry_point; id, split, system and entry_point are optional;
-entry_point names the function a code row's check(candidate) tests call). The prompt shown is
+system, entry_point, test_setup_code, test_imports; all but prompt and answer
+are optional; entry_point names the function a code row's check(candidate)
+tests call; test_setup_code and test_imports run before a code row's tests, as
+MBPP's columns of those names). The prompt shown is
 "<system>\\n\\n<prompt>" when the row has a system prompt, else the prompt. The
 answer is graded by a verifier kind (`environments.datasets.verifiers`: math,
 exact, choice, numeric, regex; `environments.datasets.code`: code, whose answer
@@ -22,10 +24,20 @@ no ids) via `environments.splits.split_of` (1 in 10 rows eval). Hash splits are
 stable when rows are appended and disjoint by construction. `reset(seed)`
 picks uniformly among the split's rows with the env's seeded generator.
 
+A published file's answer field often holds a worked solution: `reference=`
+takes the reference out of it ("after:####" for GSM8K, "boxed" for MATH,
+"regex:<pattern>" with one group; `reference_extractor`), so such files
+register as they are.
+
 The whole file is validated (streamed, constant memory apart from the id
-set) at registration, before anything compiles; every problem is a ValueError
-naming file, line/row and field. The registered domain then holds the mapped
-fields of every row in memory.
+set) at registration, before anything compiles. A file problem (syntax, a
+missing or mistyped field, a duplicate id) is a ValueError naming file,
+line/row and field. A row whose reference the verifier cannot grade (no
+"####" in it, an assert the code verifier cannot split) is refused alone: the
+file loads the rest, the refusals are logged with their rows, ids and reasons
+and kept in the domain's `refused`; `strict=True` makes the first one a
+ValueError instead. The registered domain then holds the mapped fields of
+every row in memory.
 
 Plain-data form for configs: "rlpt/dataset-name-v0=path.jsonl:math" or a dict
 with keys id, path, verifier and optionally fields, options, difficulty, tags,
@@ -36,9 +48,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import os
 import pathlib
-from typing import Any, Iterator, Mapping, Sequence
+import re
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -54,9 +68,11 @@ from environments.datasets.verifiers import (
 from environments.verdicts import Grade, Task
 
 __all__ = [
-    "DatasetDomain", "Stats", "VerifierKind", "get_verifier", "load_tasks", "register", "register_file",
-    "register_verifier", "validate_file", "verifier_kinds",
+    "DatasetDomain", "Refused", "Stats", "VerifierKind", "get_verifier", "load_tasks", "reference_extractor",
+    "register", "register_file", "register_verifier", "validate_file", "verifier_kinds",
 ]
+
+logger = logging.getLogger(__name__)
 
 FAMILY = "dataset"
 DEFAULT_MAX_ANSWER_CHARS = 4096
@@ -87,9 +103,115 @@ def _max_answer_chars(kind: VerifierKind, max_answer_chars: int | None) -> int:
     return kind.max_answer_chars or DEFAULT_MAX_ANSWER_CHARS
 
 
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last balanced \\boxed{...} / \\fbox{...} of `text`, or None."""
+    found = None
+    for match in _BOX_RE.finditer(text):
+        depth = 1
+        for i in range(match.end(), len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                found = text[match.end():i]
+                break
+    return found
+
+
+def reference_extractor(reference: str | None) -> Callable[[str], str] | None:
+    """The function taking a row's answer field to its reference, for `reference=`:
+
+    * None: the field as it is;
+    * "after:<marker>": the text after the field's last <marker>, e.g. "after:####"
+      for GSM8K's worked solutions ending in "#### 18";
+    * "boxed": the content of the field's last \\boxed{} (or \\fbox{}), as in MATH;
+    * "regex:<pattern>": the one group of the pattern's last match in the field.
+
+    The function raises ValueError for a field it finds no reference in (that
+    row is refused); a malformed `reference` raises ValueError here."""
+    if reference is None:
+        return None
+    if not isinstance(reference, str):
+        raise ValueError(f"reference= must be a string ('after:<marker>', 'boxed' or 'regex:<pattern>'), "
+                         f"got {reference!r}")
+    kind, _, arg = reference.partition(":")
+    if kind == "after" and arg:
+        def after(field: str) -> str:
+            head, marker, tail = field.rpartition(arg)
+            if not marker or not tail.strip():
+                raise ValueError(f"has no reference after {arg!r}")
+            return tail.strip()
+        return after
+    if reference == "boxed":
+        def boxed(field: str) -> str:
+            content = _last_boxed(field)
+            if content is None or not content.strip():
+                raise ValueError("has no \\boxed{...} reference")
+            return content.strip()
+        return boxed
+    if kind == "regex" and arg:
+        try:
+            pattern = re.compile(arg, re.DOTALL)
+        except re.error as e:
+            raise ValueError(f"reference={reference!r}: not a valid regular expression ({e})") from None
+        if pattern.groups != 1:
+            raise ValueError(f"reference={reference!r}: the pattern must have exactly one group, "
+                             f"it has {pattern.groups}")
+
+        def regex(field: str) -> str:
+            matches = list(pattern.finditer(field))
+            if not matches or not (matches[-1].group(1) or "").strip():
+                raise ValueError(f"has no match of {arg!r}")
+            return matches[-1].group(1).strip()
+        return regex
+    raise ValueError(f"reference={reference!r} must be 'after:<marker>' (e.g. 'after:####'), 'boxed' "
+                     "or 'regex:<pattern with one group>'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A row left out at registration: where it is, its id (None if the file has
+    none) and why its reference cannot be graded."""
+
+    where: str
+    id: str | None
+    reason: str
+
+
+def _row_task(path: pathlib.Path, row: loaders.Row, kind: VerifierKind, verifier: str, opts: Mapping[str, Any],
+              column: str, extract: Callable[[str], str] | None,
+              max_answer_chars: int) -> tuple[Task, str]:
+    """(task, split) of one row; ValueError (the row's problem, naming the field) if it cannot be graded."""
+    where = f"field {column!r}"
+    if extract is not None:
+        try:
+            row = dataclasses.replace(row, answer=extract(row.answer))
+        except ValueError as e:
+            raise ValueError(f"{where} {e}") from None
+        where = f"field {column!r} (reference {row.answer[:40]!r})"
+    problem = kind.check_reference(row.answer, opts)
+    if problem is not None:
+        raise ValueError(f"{where}: {problem} ({verifier} verifier)")
+    hidden: Any = row.answer
+    if kind.prepare is not None:
+        try:
+            hidden = kind.prepare(row.answer, row, opts)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e} ({verifier} verifier)") from None
+    task, split = _task(row, kind, hidden)
+    if len(task.demonstration.strip()) > max_answer_chars:
+        raise ValueError(f"{where} is longer than max_answer_chars={max_answer_chars}")
+    return task, split
+
+
 def _rows(path: os.PathLike | str, fields: Mapping[str, str] | None, verifier: str,
           options: Mapping[str, Any] | None, format: str | None,
-          max_answer_chars: int | None) -> Iterator[tuple[loaders.Row, Task, str]]:
+          max_answer_chars: int | None, reference: str | None = None,
+          strict: bool = False) -> Iterator[tuple[loaders.Row, Task, str] | Refused]:
+    """Each row as (row, task, split), or as `Refused` when its reference cannot be
+    graded (with `strict`, that raises ValueError instead). A file problem (bad
+    syntax, a missing or mistyped field, a duplicate id) always raises."""
     path = pathlib.Path(path)
     if not path.exists():
         raise ValueError(f"{path}: no such file or folder")
@@ -97,51 +219,84 @@ def _rows(path: os.PathLike | str, fields: Mapping[str, str] | None, verifier: s
     opts = verifiers.resolve_options(kind, options)
     max_answer_chars = _max_answer_chars(kind, max_answer_chars)
     mapping = _fields(fields)
+    extract = reference_extractor(reference)
+    if extract is not None and kind.structured_reference:
+        raise ValueError(f"reference={reference!r} extracts a reference from text; the {verifier} verifier "
+                         "takes its answer field as it is")
     fmt = format or loaders.detect_format(path)
     for row in loaders.iter_rows(path, fmt, mapping, structured_answer=kind.structured_reference):
-        problem = kind.check_reference(row.answer, opts)
-        if problem is not None:
-            raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r}: {problem} ({verifier} verifier)")
-        hidden: Any = row.answer
-        if kind.prepare is not None:
-            try:
-                hidden = kind.prepare(row.answer, row, opts)
-            except ValueError as e:
-                raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r}: {e} ({verifier} verifier)") from None
-        task, split = _task(row, kind, hidden)
-        if len(task.demonstration.strip()) > max_answer_chars:
-            raise ValueError(f"{path}: {row.where}: field {mapping['answer']!r} is longer than "
-                             f"max_answer_chars={max_answer_chars}")
+        try:
+            task, split = _row_task(path, row, kind, verifier, opts, mapping["answer"], extract, max_answer_chars)
+        except ValueError as e:
+            if strict:
+                raise ValueError(f"{path}: {row.where}: {e}") from None
+            yield Refused(row.where, row.id, str(e))
+            continue
         yield row, task, split
 
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """Summary of a validated file: row counts per split and the longest prompt."""
+    """Summary of a validated file: row counts per split, the longest prompt, and
+    the rows refused (their references cannot be graded)."""
 
     rows: int
     train: int
     eval: int
     max_prompt_chars: int
+    refused: tuple[Refused, ...] = ()
+
+
+def _load(path: os.PathLike | str, verifier: str, fields: Mapping[str, str] | None,
+          options: Mapping[str, Any] | None, format: str | None, max_answer_chars: int | None,
+          reference: str | None, strict: bool) -> tuple[list[tuple[Task, str]], tuple[Refused, ...]]:
+    """(tasks with their splits, refused rows) of a file with at least one usable row."""
+    tasks: list[tuple[Task, str]] = []
+    refused: list[Refused] = []
+    for item in _rows(path, fields, verifier, options, format, max_answer_chars, reference, strict):
+        if isinstance(item, Refused):
+            refused.append(item)
+        else:
+            tasks.append(item[1:])
+    if not tasks:
+        first = refused[0]
+        raise ValueError(f"{path}: {first.where}: {first.reason} (no row of the file can be graded: "
+                         f"{len(refused)} refused)")
+    return tasks, tuple(refused)
+
+
+def _refusal_summary(path: os.PathLike | str, refused: Sequence[Refused], limit: int = 5) -> str:
+    shown = "; ".join(f"{r.where}{f' (id {r.id})' if r.id is not None else ''}: {r.reason}" for r in refused[:limit])
+    more = f"; and {len(refused) - limit} more" if len(refused) > limit else ""
+    return f"{path}: {len(refused)} rows refused (pass strict=True to refuse the file instead): {shown}{more}"
 
 
 def validate_file(path: os.PathLike | str, verifier: str = "math", fields: Mapping[str, str] | None = None,
                   options: Mapping[str, Any] | None = None, format: str | None = None,
-                  max_answer_chars: int | None = None) -> Stats:
-    """Validates every row of `path` (streamed; keeps only counts and the id set)."""
+                  max_answer_chars: int | None = None, reference: str | None = None,
+                  strict: bool = False) -> Stats:
+    """Validates every row of `path` (streamed; keeps only counts, the id set and
+    the refused rows). See `register_file` for the arguments."""
     counts = {"train": 0, "eval": 0}
     longest = 0
-    for _, task, split in _rows(path, fields, verifier, options, format, max_answer_chars):
+    refused: list[Refused] = []
+    for item in _rows(path, fields, verifier, options, format, max_answer_chars, reference, strict):
+        if isinstance(item, Refused):
+            refused.append(item)
+            continue
+        _, task, split = item
         counts[split] += 1
         longest = max(longest, len(task.prompt))
-    return Stats(counts["train"] + counts["eval"], counts["train"], counts["eval"], longest)
+    return Stats(counts["train"] + counts["eval"], counts["train"], counts["eval"], longest, tuple(refused))
 
 
 def load_tasks(path: os.PathLike | str, verifier: str = "math", fields: Mapping[str, str] | None = None,
                options: Mapping[str, Any] | None = None, format: str | None = None,
-               max_answer_chars: int | None = None) -> list[tuple[Task, str]]:
-    """Every row of `path` as (task, split), in file order, after validation."""
-    return [(task, split) for _, task, split in _rows(path, fields, verifier, options, format, max_answer_chars)]
+               max_answer_chars: int | None = None, reference: str | None = None,
+               strict: bool = False) -> list[tuple[Task, str]]:
+    """Every usable row of `path` as (task, split), in file order, after validation
+    (refused rows are left out: `validate_file` lists them)."""
+    return _load(path, verifier, fields, options, format, max_answer_chars, reference, strict)[0]
 
 
 class DatasetDomain(registry.Domain):
@@ -149,8 +304,9 @@ class DatasetDomain(registry.Domain):
 
     def __init__(self, spec: registry.DomainSpec, tasks: Sequence[tuple[Task, str]], verifier: str,
                  options: Mapping[str, Any] | None = None,
-                 registration: Mapping[str, Any] | None = None) -> None:
+                 registration: Mapping[str, Any] | None = None, refused: Sequence[Refused] = ()) -> None:
         self.spec = spec
+        self.refused = tuple(refused)  # rows of the file left out, with why
         # What it was registered from (`_registration`): `register(exist_ok=True)` compares it.
         self.registration = dict(registration or {})
         self._kind = get_verifier(verifier)
@@ -182,14 +338,24 @@ class DatasetDomain(registry.Domain):
 def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math",
                   fields: Mapping[str, str] | None = None, options: Mapping[str, Any] | None = None,
                   difficulty: str = "medium", tags: Sequence[str] = (), format: str | None = None,
-                  max_answer_chars: int | None = None, description: str = "") -> registry.DomainSpec:
+                  max_answer_chars: int | None = None, description: str = "",
+                  reference: str | None = None, strict: bool = False) -> registry.DomainSpec:
     """Validates and loads `path`, registers it as `domain_id` (family "dataset",
     so the id must look like "rlpt/dataset-<name>-v<N>") here and with gymnasium,
-    and returns its spec. Every file problem raises ValueError before anything
-    is registered."""
+    and returns its spec.
+
+    reference: how the reference is taken from the answer field (`reference_extractor`:
+      "after:####", "boxed", "regex:<pattern>"); None: the field is the reference.
+    strict: a row whose reference the verifier cannot grade refuses the whole
+      file; by default that row alone is left out, logged, and listed in the
+      domain's `refused` (and `validate_file(...).refused`).
+
+    Every file problem raises ValueError before anything is registered."""
     if not isinstance(domain_id, str) or not domain_id.startswith(f"rlpt/{FAMILY}-"):
         raise ValueError(f"dataset domain id {domain_id!r} must look like 'rlpt/{FAMILY}-<name>-v<N>'")
-    tasks = load_tasks(path, verifier, fields, options, format, max_answer_chars)
+    tasks, refused = _load(path, verifier, fields, options, format, max_answer_chars, reference, strict)
+    if refused:
+        logger.warning("%s", _refusal_summary(path, refused))
     kind = get_verifier(verifier)
     spec = registry.DomainSpec(
         id=domain_id,
@@ -198,26 +364,29 @@ def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math
         tags=tuple(dict.fromkeys((FAMILY, verifier, *kind.tags, *tags))),
         max_prompt_chars=max(len(task.prompt) for task, _ in tasks),
         max_answer_chars=_max_answer_chars(kind, max_answer_chars),
-        description=description or f"{pathlib.Path(path).name}: {len(tasks)} rows graded by the {verifier} verifier",
+        description=description or (f"{pathlib.Path(path).name}: {len(tasks)} rows graded by the {verifier} verifier"
+                                     + (f" ({len(refused)} refused)" if refused else "")),
     )
     registration = _registration(dict(path=path, verifier=verifier, fields=fields, options=options,
                                       difficulty=difficulty, tags=tags, format=format,
-                                      max_answer_chars=max_answer_chars, description=description))
-    registry.register(DatasetDomain(spec, tasks, verifier, options, registration))
+                                      max_answer_chars=max_answer_chars, description=description,
+                                      reference=reference, strict=strict))
+    registry.register(DatasetDomain(spec, tasks, verifier, options, registration, refused))
     return spec
 
 
 _DESCRIPTION_KEYS = {"id", "path", "verifier", "fields", "options", "difficulty", "tags", "format",
-                     "max_answer_chars", "description"}
+                     "max_answer_chars", "description", "reference", "strict"}
 
 
 def parse_description(description: str | Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments of `register_file` from a plain-data description.
 
     A string "rlpt/dataset-name-v0=path[:verifier][?field=column&...]" (the
-    verifier defaults to math; each field=column pair maps one of the fields
-    prompt, answer, id, split, system, entry_point to the file's column), or a
-    dict with `register_file`'s keyword names ("id" for the domain id)."""
+    verifier defaults to math; each field=column pair maps one of
+    `loaders.FIELDS` to the file's column, and reference=... sets `reference`,
+    e.g. "?prompt=question&reference=after:####"), or a dict with
+    `register_file`'s keyword names ("id" for the domain id)."""
     if isinstance(description, str):
         domain_id, sep, rest = description.partition("=")
         if not sep or not rest or not domain_id.strip():
@@ -225,11 +394,15 @@ def parse_description(description: str | Mapping[str, Any]) -> dict[str, Any]:
                              "'rlpt/dataset-<name>-v0=path[:verifier][?field=column&...]'")
         rest, _, query = rest.partition("?")
         fields = {}
+        reference = None
         for pair in filter(None, query.split("&")):
             key, eq, column = pair.partition("=")
+            if key == "reference" and eq and column:
+                reference = column
+                continue
             if not eq or not column or key not in loaders.FIELDS:
                 raise ValueError(f"dataset description {description!r}: {pair!r} must be field=column "
-                                 f"with field one of {list(loaders.FIELDS)}")
+                                 f"with field one of {list(loaders.FIELDS)}, or reference=<how>")
             fields[key] = column
         path, verifier = rest, "math"
         head, colon, tail = rest.rpartition(":")
@@ -238,7 +411,7 @@ def parse_description(description: str | Mapping[str, Any]) -> dict[str, Any]:
         elif colon and tail and "/" not in tail and "." not in tail:
             get_verifier(tail)  # an unknown kind: raises listing the known ones
         out = {"domain_id": domain_id.strip(), "path": path, "verifier": verifier}
-        return out | ({"fields": fields} if fields else {})
+        return out | ({"fields": fields} if fields else {}) | ({"reference": reference} if reference else {})
     if not isinstance(description, Mapping):
         raise ValueError(f"a dataset description must be a string or a dict, got {type(description).__name__}")
     unknown = sorted(set(description) - _DESCRIPTION_KEYS)
@@ -273,7 +446,8 @@ def register(description: str | Mapping[str, Any], exist_ok: bool = False) -> re
 
 def _registration(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """What identifies a file registration: every argument, the path resolved."""
-    out = {k: v for k, v in kwargs.items() if v not in (None, "", {}, ()) and k != "domain_id"}
+    out = {k: v for k, v in kwargs.items()
+           if k != "domain_id" and v is not None and v is not False and not (isinstance(v, (str, dict, tuple)) and not v)}
     out["path"] = str(pathlib.Path(out["path"]).expanduser().resolve())
     for k in ("fields", "options"):
         if k in out:

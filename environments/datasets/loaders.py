@@ -25,8 +25,10 @@ import pathlib
 from typing import Any, Iterator, Mapping
 
 FORMATS = ("jsonl", "json", "parquet", "hf", "arrow")
-FIELDS = ("prompt", "answer", "id", "split", "system", "entry_point")
-OPTIONAL = ("id", "split", "system", "entry_point")
+FIELDS = ("prompt", "answer", "id", "split", "system", "entry_point", "test_setup_code", "test_imports")
+OPTIONAL = ("id", "split", "system", "entry_point", "test_setup_code", "test_imports")
+# Optional fields that may be absent or null on any row (a file may mix task kinds).
+PER_ROW = ("system", "entry_point", "test_setup_code", "test_imports")
 REQUIRED = ("prompt", "answer")
 SPLIT_VALUES = {"train": "train", "eval": "eval", "test": "eval", "validation": "eval"}
 _BATCH_ROWS = 1024
@@ -155,7 +157,9 @@ def _missing(path: pathlib.Path, where: str, field: str, column: str, keys: list
 class Row:
     """One validated row: mapped fields as text. `split` is "train"/"eval" or None.
     A structured answer (a list or object, allowed only with structured_answer=True)
-    is given as its JSON text."""
+    is given as its JSON text. `test_setup_code` and `test_imports` are code run
+    before a code row's tests (MBPP's columns of those names; a list of import
+    lines is joined with newlines); None when the row has none."""
 
     where: str
     prompt: str
@@ -164,6 +168,8 @@ class Row:
     split: str | None
     system: str | None
     entry_point: str | None = None
+    test_setup_code: str | None = None
+    test_imports: str | None = None
 
 
 def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str],
@@ -192,7 +198,7 @@ def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str],
                 raise _missing(path, where, field, fields[field], keys)
         if optional_present is None:
             optional_present = {f: fields[f] in record and record[fields[f]] is not None for f in OPTIONAL}
-            optional_present["entry_point"] = True  # per row: a file may mix task kinds
+            optional_present.update({f: True for f in PER_ROW})
         values: dict[str, str | None] = {}
         for field in FIELDS:
             column = fields[field]
@@ -200,7 +206,7 @@ def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str],
                 values[field] = None
                 continue
             if column not in record or record[column] is None:
-                if field in ("system", "entry_point"):
+                if field in PER_ROW:
                     values[field] = None
                     continue
                 if column in record:
@@ -218,7 +224,7 @@ def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str],
             values["split"] = SPLIT_VALUES[values["split"]]
         count += 1
         yield Row(where, values["prompt"], values["answer"], values["id"], values["split"], values["system"],
-                  values["entry_point"])
+                  values["entry_point"], values["test_setup_code"] or None, values["test_imports"] or None)
     if count == 0:
         raise ValueError(f"{path}: empty file (no rows)")
 
@@ -226,6 +232,13 @@ def iter_rows(path: pathlib.Path, fmt: str, fields: Mapping[str, str],
 def _text(path: pathlib.Path, where: str, field: str, column: str, value: Any,
           structured_answer: bool = False) -> str:
     ok_types: tuple[type, ...] = (str,)
+    if field == "test_imports" and isinstance(value, list):
+        if not all(isinstance(line, str) for line in value):
+            raise ValueError(f"{path}: {where}: field {column!r} (the {field}) must be a string or a list of "
+                             f"strings, got {value!r:.80}")
+        return "\n".join(line.strip() for line in value)
+    if field in ("test_setup_code", "test_imports") and isinstance(value, str):
+        return value
     if field == "answer" and structured_answer and isinstance(value, (list, dict)):
         if not value:
             raise ValueError(f"{path}: {where}: field {column!r} (the {field}) is empty")

@@ -1,6 +1,7 @@
 """Dataset domains with the `code` verifier: unit tests in the answer field, graded in the sandbox."""
 
 import json
+import re
 import uuid
 
 import gymnasium
@@ -9,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import environments  # noqa: F401  (registers domains)
-from environments import datasets, programs, sandbox
+from environments import datasets, programs, registry, sandbox
 from environments.datasets import code
 
 CHECK = "def check(candidate):\n    for n in range(5):\n        assert candidate(n) == n * n + 1\n"
@@ -135,11 +136,20 @@ BAD_TESTS = {
 
 
 @pytest.mark.parametrize("name", sorted(BAD_TESTS))
-def test_bad_tests_are_load_errors_naming_row_and_field(tmp_path, name):
+def test_bad_tests_refuse_their_row_or_with_strict_the_file(tmp_path, name):
     tests, message = BAD_TESTS[name]
     rows = [{"prompt": "ok", "tests": ["assert f(1) == 2"]}, {"prompt": "bad", "tests": tests}]
+    path = _jsonl(tmp_path / "b.jsonl", rows)
     with pytest.raises(ValueError, match=rf"b\.jsonl: line 2: field 'tests'.*{message}"):
-        datasets.register_file(_id(), _jsonl(tmp_path / "b.jsonl", rows), verifier="code", fields={"answer": "tests"})
+        datasets.register_file(_id(), path, verifier="code", fields={"answer": "tests"}, strict=True)
+    if name in ("empty list", "an object"):  # the file's own syntax: a loader error whatever `strict` says
+        return
+    domain_id = _id()
+    datasets.register_file(domain_id, path, verifier="code", fields={"answer": "tests"})
+    domain = registry.domain(domain_id)
+    assert [t.prompt for t in domain._tasks] == ["ok"]
+    [refused] = domain.refused
+    assert refused.where == "line 2" and re.search(rf"field 'tests'.*{message}", refused.reason)
 
 
 def test_other_kinds_still_refuse_list_answers(tmp_path):
