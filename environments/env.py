@@ -14,7 +14,11 @@ feedback plus a cue for the next attempt, to be appended to the conversation.
 Success terminates. Running out of attempts truncates (the task was not
 solved; the episode was cut by the attempt budget). A SANDBOX_ERROR also
 truncates: the infrastructure failed, so the episode ends without a terminal
-outcome and the trainer masks it (`info["infra_error"]`).
+outcome and the trainer masks it (`info["infra_error"]`). So does a
+VERIFIER_ERROR: the domain's verifier raised, or ran past its time bound
+(`grade_timeout_s`: GRADE_TIMEOUT_S by default for verifiers that run in this
+process; none for domains tagged "sandbox", whose jobs carry their own
+limits). Either way the answer is never scored FAIL for the verifier's fault.
 
 Tool-using domains (`spec.max_turns` set, e.g. the "tools" family): a turn may
 be a non-scored `ToolReply` instead of a graded answer (a tool call's result,
@@ -40,17 +44,53 @@ is shown as its backslash escape).
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Callable, TypeVar
 
 import gymnasium
 
 from environments import registry, splits
 from environments.sandbox.worker import valid_text as _valid_text
 from environments.spaces import AnyText
-from environments.verdicts import Grade, Task, ToolReply, Verdict, malformed
+from environments.verdicts import Grade, Task, ToolReply, Verdict, malformed, verifier_error
 
 # Feedback text is cut to this many characters before it reaches the model.
 FEEDBACK_MAX_CHARS = 256
+# Time bound of one in-process grade() call (math, strings, reasoning-gym scorers...).
+GRADE_TIMEOUT_S = 60.0
+
+_T = TypeVar("_T")
+
+
+class VerifierTimeout(Exception):
+    """grade() ran past its time bound."""
+
+
+def call_with_deadline(fn: Callable[[], _T], timeout_s: float | None) -> _T:
+    """fn(), or VerifierTimeout once `timeout_s` seconds pass (None: no bound).
+
+    fn runs on a daemon thread; past the deadline it is abandoned, not killed
+    (Python cannot stop a thread), so the bound is a backstop behind each
+    verifier's own guards (the math verifier bounds expression size before it
+    evaluates anything), not a sandbox."""
+    if timeout_s is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001  re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="rlpt-grade", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise VerifierTimeout(f"grading took longer than {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -62,11 +102,18 @@ class TaskEnv(gymnasium.Env[str, str]):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, domain_id: str, max_attempts: int = 1, max_turns: int | None = None) -> None:
+    def __init__(self, domain_id: str, max_attempts: int = 1, max_turns: int | None = None,
+                 grade_timeout_s: float | None | str = "default") -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         self._domain = registry.domain(domain_id)
         self.domain_spec = self._domain.spec
+        if grade_timeout_s == "default":
+            grade_timeout_s = None if "sandbox" in self.domain_spec.tags else GRADE_TIMEOUT_S
+        if grade_timeout_s is not None and (isinstance(grade_timeout_s, bool) or not isinstance(
+                grade_timeout_s, (int, float)) or not grade_timeout_s > 0):
+            raise ValueError(f"grade_timeout_s must be a number of seconds > 0 or None, got {grade_timeout_s!r}")
+        self.grade_timeout_s = grade_timeout_s
         self.max_attempts = max_attempts
         if max_turns is not None:
             if self.domain_spec.max_turns is None:
@@ -123,7 +170,7 @@ class TaskEnv(gymnasium.Env[str, str]):
             # In a tool-using episode a rejected action is repairable, like a bad tool call.
             grade = answer if self.max_turns is None else ToolReply(answer.verdict, answer.feedback)
         else:
-            grade = self._domain.grade(self._task, answer)
+            grade = self._grade(answer)
         self._turn += 1
         turns_spent = self.max_turns is not None and self._turn >= self.max_turns
         if isinstance(grade, ToolReply):
@@ -150,6 +197,14 @@ class TaskEnv(gymnasium.Env[str, str]):
         if self.max_turns is not None:
             info.update(self._turn_metrics())
         return _truncate(obs, self.observation_space.max_length), float(grade.reward), terminated, truncated, info
+
+    def _grade(self, answer: str) -> Grade | ToolReply:
+        """The domain's grade of `answer`; VERIFIER_ERROR if the verifier raises or times out."""
+        task = self._task
+        try:
+            return call_with_deadline(lambda: self._domain.grade(task, answer), self.grade_timeout_s)
+        except Exception as e:  # noqa: BLE001  the verifier's failure, never the answer's
+            return verifier_error(f"the verifier failed ({type(e).__name__}: {e}); not scored")
 
     def _tool_step(self, reply: ToolReply, turns_spent: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.max_turns is None:

@@ -17,6 +17,7 @@ class Verdict(str, enum.Enum):
     OOM = "OOM"  # candidate code ran out of its memory limit
     ERROR = "ERROR"  # candidate code raised or exited without producing results
     SANDBOX_ERROR = "SANDBOX_ERROR"  # the grading infrastructure failed; not the model's fault
+    VERIFIER_ERROR = "VERIFIER_ERROR"  # the verifier itself raised or ran past its time bound; not the model's fault
     TOOL = "TOOL"  # a non-scored turn of a tool-using domain: a tool ran (see ToolReply)
 
 
@@ -44,7 +45,8 @@ class Grade:
 
     @property
     def infra_error(self) -> bool:
-        return self.verdict is Verdict.SANDBOX_ERROR
+        """The grading failed, not the answer: the episode is masked, never scored."""
+        return self.verdict in (Verdict.SANDBOX_ERROR, Verdict.VERIFIER_ERROR)
 
 
 def passed(feedback: str = "correct") -> Grade:
@@ -57,6 +59,11 @@ def failed(feedback: str, reward: float = 0.0) -> Grade:
 
 def malformed(feedback: str) -> Grade:
     return Grade(Verdict.MALFORMED, 0.0, feedback)
+
+
+def verifier_error(feedback: str) -> Grade:
+    """The verifier, not the answer, failed (it raised, or ran past its time bound)."""
+    return Grade(Verdict.VERIFIER_ERROR, 0.0, feedback)
 
 
 @dataclasses.dataclass(frozen=True)
