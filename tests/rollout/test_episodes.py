@@ -100,6 +100,23 @@ def test_environment_exception_without_retries_is_masked_not_a_wrong_answer():
     pool.close()
 
 
+def test_a_verifier_that_raises_is_masked_not_a_wrong_answer():
+  pool = EnvPool([REVERSE], workers=1, retries=0)
+  try:
+    ep, = pool.start([Task(REVERSE, 3, "train")])
+    domain = ep.env.unwrapped._domain
+
+    def grade(task, answer):
+      raise RecursionError("the verifier recursed too deep")
+    ep.env.unwrapped._domain = type("Broken", (), {"grade": staticmethod(grade), "spec": domain.spec})()
+    step, = pool.step([ep], ["abc"])
+    assert step.done and step.graded.infra_error and not step.graded.success
+    assert step.graded.verdict == "VERIFIER_ERROR" and "recursed too deep" in step.graded.info["feedback"]
+    assert pool.stats()["env/masked"] == 1
+  finally:
+    pool.close()
+
+
 def test_turn_budget_is_passed_only_to_tool_domains():
   pool = EnvPool([REVERSE, CALC], workers=1, max_attempts=2, max_turns=5)
   try:
