@@ -30,6 +30,7 @@ nothing else changes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from typing import Any, Callable, Mapping
@@ -109,9 +110,14 @@ def resolve_options(kind: VerifierKind, options: Mapping[str, Any] | None) -> di
 # ----------------------------------------------------------------------------
 # Final-answer extraction (shared by math, numeric and regex).
 
-_ANSWER_LINE_RE = re.compile(r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*:?\s*(.+)", re.IGNORECASE)
-_NUMBER_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?%?|-?\.\d+%?")
+# The final answer statement: Minerva's "Final Answer: The final answer is ...",
+# "The answer is ...", "Answer: ..." and GSM8K's "#### ...".
+_STATEMENT_RE = re.compile(r"final\s+answer(?:\s+is)?|the\s+answer\s+is|answer\s*\**\s*:|####", re.IGNORECASE)
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_LATEX_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|(?<![\\\d])\$([^$\n]+?)(?<!\\)\$|\\\((.+?)\\\)", re.DOTALL)
+# A number not inside a word (so "AZYUK2A" has none): thousands separators, decimals, a/b, %.
+_NUMBER_RE = re.compile(
+    r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?%?(?![\w.]*[A-Za-z])|(?<![\w.])-?\.\d+%?")
 
 
 def _braced(text: str, start: int) -> str | None:
@@ -128,7 +134,7 @@ def _braced(text: str, start: int) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last balanced \\boxed{...} (nested braces allowed), or None."""
+    """Content of the last balanced \\boxed{...} / \\fbox{...} (nested braces allowed), or None."""
     found = None
     for match in _BOXED_RE.finditer(text):
         content = _braced(text, match.end())
@@ -140,269 +146,349 @@ def last_boxed(text: str) -> str | None:
 def _clean(candidate: str) -> str:
     candidate = candidate.strip().strip("*").strip()
     if len(candidate) >= 2 and candidate[0] == candidate[-1] == "$":
-        candidate = candidate[1:-1].strip()
+        candidate = candidate.strip("$").strip()
     return candidate.rstrip(".").strip()
 
 
+@dataclasses.dataclass(frozen=True)
+class FinalAnswer:
+    """Where an answer's final answer is. `source`: "statement" (the text after
+    the last final answer statement, up to the end of its line), "boxed" (the
+    text holding the last \\boxed{} / \\fbox{}) or "text" (the whole answer)."""
+
+    source: str
+    text: str
+    anchor: str = ""
+
+
+_DISPLAY_START_RE = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]", re.DOTALL)
+
+
+def _statement(text: str) -> tuple[str, str] | None:
+    """(anchor, text after it) for the last final answer statement, the text
+    running to the end of its line (the next non-empty line when the statement
+    ends its line; a display formula or a box opened there is kept whole)."""
+    statements = list(_STATEMENT_RE.finditer(text))
+    if not statements:
+        return None
+    rest = text[statements[-1].end():]
+    rest = rest[len(rest) - len(rest.lstrip(" \t\n*:")):]
+    end = rest.find("\n")
+    end = len(rest) if end < 0 else end
+    display = _DISPLAY_START_RE.match(rest)
+    if display:
+        end = max(end, display.end())
+    for box in _BOXED_RE.finditer(rest[:end]):
+        content = _braced(rest, box.end())
+        if content is not None:
+            end = max(end, box.end() + len(content) + 1)
+    return statements[-1].group(0), rest[:end].strip()
+
+
+def final_answer(text: str) -> FinalAnswer:
+    """Where the final answer of `text` is, in this order: (1) the last final
+    answer statement ("Final Answer: The final answer is ...", "The answer
+    is ...", "Answer: ...", "#### ..."), whatever boxes come before it;
+    (2) else the last \\boxed{} / \\fbox{}; (3) else the whole text (its
+    value if it is one, else its last LaTeX formula or number that is not
+    inside a word)."""
+    statement = _statement(text)
+    if statement is not None:
+        return FinalAnswer("statement", statement[1], statement[0])
+    if _BOXED_RE.search(text):
+        return FinalAnswer("boxed", text)
+    return FinalAnswer("text", text)
+
+
 def answer_candidates(text: str) -> list[str]:
-    """Final-answer candidates in priority order: the last \\boxed{}, then the
-    text after the last "answer is"/"answer:" phrase (and its first number), then
-    the whole text, then its last number."""
+    """Final-answer strings for the numeric and regex kinds, best first, found
+    in `final_answer`'s order: within the statement or the box text, the last
+    \\boxed{} content, then the first $...$ formula, then the text itself, then
+    its first number; for the whole text, the text, then its last number."""
+    found = final_answer(text)
     out: list[str] = []
-    boxed = last_boxed(text)
+    if found.source == "text":
+        out.append(_clean(text))
+        numbers = _NUMBER_RE.findall(text)
+        if numbers:
+            out.append(numbers[-1])
+        return out
+    boxed = last_boxed(found.text)
     if boxed is not None:
-        return [_clean(boxed)]
-    lines = [m for m in _ANSWER_LINE_RE.finditer(text)]
-    if lines:
-        after = _clean(lines[-1].group(1).splitlines()[0])
-        out.append(after)
-        first = _NUMBER_RE.search(after)
+        out.append(_clean(boxed))
+    if found.source == "statement":
+        span = _LATEX_SPAN_RE.search(found.text)
+        if span:
+            out.append(_clean(next(g for g in span.groups() if g is not None)))
+        plain = _clean(re.split(r"\.\s|\bI hope\b", found.text)[0])
+        out.append(plain)
+        first = _NUMBER_RE.search(plain)
         if first:
             out.append(first.group(0))
-        return out
-    out.append(_clean(text))
-    numbers = _NUMBER_RE.findall(text)
-    if numbers:
-        out.append(numbers[-1])
-    return out
+    return [c for c in dict.fromkeys(out) if c]
 
 
 # ----------------------------------------------------------------------------
-# math: LaTeX-ish text -> bounded sympy expression.
+# math: values parsed and compared by Math-Verify (math_verify 0.9.0 with
+# latex2sympy2_extended). Its own time-outs use SIGALRM, which only the main
+# thread may set, and graders run in worker threads: they are off here, and
+# time is bounded instead by refusing, before comparison, any value whose size
+# could make sympy slow (see `_bounded`).
 
-MAX_EXPR_CHARS = 200
+MAX_EXPR_CHARS = 1000
 MAX_LITERAL_DIGITS = 40
-MAX_NODES = 200
+MAX_NODES = 400
 MAX_EXPONENT = 64
+MAX_FACTORIAL = 1000
+MAX_TERMS = 10_000
+MAX_DEPTH = 24  # brackets: the LaTeX parser's time grows steeply with nesting
 
 _THOUSANDS_RE = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d])")
 _LHS_RE = re.compile(r"^\s*[A-Za-z](?:_\w+|\w{0,2})?\s*=(?!=)")
-_ALLOWED_RE = re.compile(r"^[0-9A-Za-z+\-*/().\s]*$")
-_FUNCS = {"sqrt", "pi", "oo", "log", "ln", "sin", "cos", "tan", "exp"}
-_LATEX_WORDS = {
-    r"\pi": " pi ", r"\infty": " oo ", r"\cdot": "*", r"\times": "*", r"\div": "/",
-    r"\ln": " ln ", r"\log": " log ", r"\sin": " sin ", r"\cos": " cos ", r"\tan": " tan ",
+_LONG_LITERAL_RE = re.compile(r"\d{%d,}" % (MAX_LITERAL_DIGITS + 1))
+_BARE_NUMBER_RE = re.compile(
+    r"[-−]?\s*(?:\\?[$€£¥])?\s*(?:\d{1,3}(?: \d{3})+|\d[\d,]*)?(?:\.\d+)?\s*(?:\\?[$€£¥%])?")
+# Words that may appear in a formula; any other word of three or more letters,
+# or a short English word, makes a text prose rather than a formula.
+_FORMULA_WORDS = {
+    "sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "log", "ln",
+    "exp", "sqrt", "pi", "and", "or", "mod", "gcd", "lcm", "max", "min", "det", "inf", "infty",
 }
-_DROP = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\ ", r"\displaystyle", "^\\circ", "^{\\circ}", r"\%")
+_SHORT_WORDS = {"is", "of", "to", "in", "it", "so", "we", "be", "as", "at", "by", "if", "on", "an", "no", "not", "the"}
+_PERCENT_WORDS = {"percent", "percentage", "pct"}
+# "18 eggs", "3 hours.": a value followed by plain unit words.
+_UNIT_WORDS_RE = re.compile(r"^(.*?[\d}).])\s*((?:[A-Za-z]{2,}\.?\s*)+)$", re.DOTALL)
 
 
-def _latex_argument(s: str, i: int) -> tuple[str, int] | None:
-    """The converted argument of a LaTeX command starting at s[i] (`{...}` or a
-    single character, as in `\\frac12`) and the index after it; None if malformed."""
-    if i < len(s) and s[i] == "{":
-        inner = _braced(s, i + 1)
-        if inner is None:
-            return None
-        i += len(inner) + 2
-    elif i < len(s) and s[i].isalnum():
-        inner, i = s[i], i + 1
+def _words(text: str) -> list[str]:
+    text = re.sub(r"\\(?:text|mathrm|textbf|mbox|operatorname)\s*\{[^{}]*\}", " ", text)
+    return re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", " ", text))
+
+
+def _is_prose(text: str) -> bool:
+    return any((len(w) >= 3 and w.lower() not in _FORMULA_WORDS) or w.lower() in _SHORT_WORDS
+               for w in _words(text))
+
+
+def _strip_unit_words(text: str) -> str:
+    """"18 eggs" -> "18"; percent words and function names are kept (they are values)."""
+    match = _UNIT_WORDS_RE.match(text)
+    if match is None:
+        return text
+    words = [w.lower() for w in re.findall(r"[A-Za-z]+", match.group(2))]
+    if any(w in _PERCENT_WORDS or w in _FORMULA_WORDS for w in words):
+        return text
+    return match.group(1).strip()
+
+
+def _prepare(text: str) -> str:
+    """LaTeX that Math-Verify misreads, rewritten: \\fbox as \\boxed, \\mathrm{e}
+    as e (it drops \\mathrm{e} as a unit, reading 1-1/\\mathrm{e} as 1), and
+    unit words after a boxed value dropped (\\boxed{18 eggs} is 18)."""
+    text = _BOXED_RE.sub(r"\\boxed{", text)
+    text = re.sub(r"\\math(?:rm|it)\s*\{\s*e\s*\}", "e", text)
+    out, i = [], 0
+    for box in _BOXED_RE.finditer(text):
+        content = _braced(text, box.end())
+        if content is None or box.start() < i:
+            continue
+        out.append(text[i:box.end()] + _strip_unit_words(content.strip()) + "}")
+        i = box.end() + len(content) + 1
+    return "".join(out) + text[i:]
+
+
+@functools.lru_cache(maxsize=1)
+def _targets() -> dict[str, list[Any]]:
+    """Math-Verify's extraction regexes: "latex" (formulas and boxes), "expr"
+    (numbers and plain arithmetic), "default" (both), "anchored" (the first
+    value after "answer"), "boxed" (boxes only, joined when several are listed)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify.parser import get_extraction_regexes
+
+    latex = LatexExtractionConfig(boxed_match_priority=0)
+    boxed_only = LatexExtractionConfig(boxed_match_priority=7)  # 7: no other pattern has it
+    [(patterns, _)] = get_extraction_regexes([boxed_only])
+    return {
+        "latex": get_extraction_regexes([latex]),
+        "expr": get_extraction_regexes([ExprExtractionConfig()]),
+        "default": get_extraction_regexes([latex, ExprExtractionConfig()]),
+        "anchored": get_extraction_regexes([LatexExtractionConfig(try_extract_without_anchor=False, boxed_match_priority=-1),
+                                            ExprExtractionConfig(try_extract_without_anchor=False)]),
+        "boxed": [([(p, prio) for p, prio in patterns if prio == 7], boxed_only)],
+    }
+
+
+def _extract(text: str, targets: str) -> Any | None:
+    """The value Math-Verify extracts from `text` with `targets` (see `_targets`), or None."""
+    import sympy
+    from math_verify.parser import extract_target_from_pred
+
+    for value in extract_target_from_pred(text, _targets()[targets], fallback_mode="no_fallback",
+                                          extraction_mode="any_match"):
+        if isinstance(value, (sympy.Basic, sympy.MatrixBase)):
+            return value
+    return None
+
+
+def _has_formula(text: str) -> bool:
+    return _LATEX_SPAN_RE.search(text) is not None
+
+
+def _plain_value(text: str, anchored: bool) -> Any | None:
+    """The value of text without LaTeX delimiters: a bare number ("1,234",
+    "$16", "28%"), else the whole text as a formula if it is not prose
+    ("2x+1", "\\sqrt 2+\\sqrt 5"), else its first value (`anchored`, as after
+    "the answer is": "21, not 12" is 21) or its last value not inside a word."""
+    text = _strip_unit_words(_clean(text))
+    if not text:
+        return None
+    if _BARE_NUMBER_RE.fullmatch(text):
+        return _extract(text, "expr")
+    if not _is_prose(text):
+        value = _extract(f"${text}$", "latex")
+        if value is not None:
+            return value
+    return _extract(f"Answer: {text}", "anchored") if anchored else _extract(text, "default")
+
+
+def _depth(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        if c in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _math_value(found: FinalAnswer) -> tuple[Any | None, str]:
+    """(value, why not): the Math-Verify value at `found`, or None and the reason
+    for the MALFORMED feedback."""
+    text = _prepare(found.text)
+    if len(text) > MAX_EXPR_CHARS and found.source == "statement":
+        return None, f"the final answer statement is longer than {MAX_EXPR_CHARS} characters"
+    if _LONG_LITERAL_RE.search(text.replace(",", "")):
+        return None, f"the answer has a number longer than {MAX_LITERAL_DIGITS} digits"
+    if _depth(text) > MAX_DEPTH:
+        return None, f"the answer nests brackets more than {MAX_DEPTH} deep"
+    if found.source != "text" and _BOXED_RE.search(text):
+        value = _extract(text, "boxed")
+        why = f"the boxed answer {_clean(last_boxed(text) or '')[:60]!r} is not a value (a number or a LaTeX expression)"
+    elif found.source == "statement":
+        # Math-Verify's anchored patterns see the statement ("Final Answer: The
+        # volume of $V$ is 120." is 120); a formula without delimiters is read whole.
+        plain = _strip_unit_words(_clean(re.split(r"\.(?:\s|$)|\bI hope\b", text)[0]))
+        value = None
+        if plain and not _has_formula(plain) and not _is_prose(plain) and not _BARE_NUMBER_RE.fullmatch(plain):
+            value = _extract(f"${plain}$", "latex")
+        if value is None:
+            anchor = "Answer:" if found.anchor == "####" else found.anchor
+            value = _extract(f"{anchor} {text}", "default")
+        why = f"the final answer statement {_clean(text)[:60]!r} holds no value (a number or a LaTeX expression)"
     else:
-        return None
-    conv = _latex_to_text(inner)
-    return None if conv is None else (conv, i)
+        value = _extract(text, "default") if _has_formula(text) else _plain_value(text, anchored=False)
+        why = "no final answer found; end with 'The answer is <value>' or \\boxed{<value>}"
+    if value is not None and not _bounded(value):
+        return None, "the answer is too large to evaluate (too many terms, digits or nested powers)"
+    return value, why
 
 
-def _latex_to_text(s: str) -> str | None:
-    """LaTeX subset -> sympy-parsable text: \\frac, \\sqrt (incl. [n]), ^{}, \\pi, \\cdot...
-    None when a command is unknown or braces are unbalanced."""
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        if s.startswith(("\\frac", "\\dfrac", "\\tfrac"), i):
-            i = s.index("frac", i) + 4
-            parts = []
-            for _ in range(2):
-                while i < len(s) and s[i] == " ":
-                    i += 1
-                arg = _latex_argument(s, i)
-                if arg is None:
-                    return None
-                conv, i = arg
-                parts.append(conv)
-            out.append(f"(({parts[0]})/({parts[1]}))")
-        elif s.startswith("\\sqrt", i):
-            i += 5
-            root = None
-            if i < len(s) and s[i] == "[":
-                end = s.find("]", i)
-                if end < 0:
-                    return None
-                root = _latex_to_text(s[i + 1:end])
-                i = end + 1
-            arg = _latex_argument(s, i)
-            if arg is None:
-                return None
-            conv, i = arg
-            out.append(f"sqrt({conv})" if root is None else f"(({conv})**(1/({root})))")
-        elif s[i] == "\\":
-            word = re.match(r"\\[A-Za-z]+", s[i:])
-            if word is None or word.group(0) not in _LATEX_WORDS:
-                return None
-            out.append(_LATEX_WORDS[word.group(0)])
-            i += len(word.group(0))
-        elif s[i] == "^":
-            out.append("**")
-            i += 1
-        elif s[i] in "{[":
-            out.append("(")
-            i += 1
-        elif s[i] in "}]":
-            out.append(")")
-            i += 1
-        else:
-            out.append(s[i])
-            i += 1
-    return "".join(out)
-
-
-def _normalise(text: str) -> tuple[str, bool] | None:
-    """(sympy-parsable text, is_percent), or None if it cannot be a bounded expression."""
-    s = text.strip()
-    if not s or len(s) > MAX_EXPR_CHARS:
-        return None
-    s = _clean(s)
-    for token in _DROP:
-        s = s.replace(token, "")
-    s = re.sub(r"\\(?:text|mathrm|textbf|mathbf)\{([^{}]*)\}", r"\1", s).strip()
-    lhs = _LHS_RE.match(s)
-    if lhs:
-        s = s[lhs.end():]
-    percent = s.endswith("%")
-    s = s.rstrip("%").strip()
-    s = _THOUSANDS_RE.sub(lambda m: m.group(0).replace(",", ""), s)
-    s = s.lstrip("$").rstrip("$").strip()
-    if "," in s or "=" in s:
-        return None
-    converted = _latex_to_text(s)
-    if converted is None or not _ALLOWED_RE.match(converted):
-        return None
-    if "__" in converted or re.search(r"\d{%d,}" % (MAX_LITERAL_DIGITS + 1), converted):
-        return None
-    if re.search(r"\d[eE][+-]?\d{3,}", converted):  # 1e999999: a huge float, slow to compare
-        return None
-    for name in re.findall(r"[A-Za-z]+", converted):
-        if len(name) > 1 and name not in _FUNCS and not re.fullmatch(r"[0-9]*e", name):
-            # Multi-letter words other than known functions: prose, not an expression.
-            return None
-    return (converted, percent) if converted.strip() else None
-
-
-def _exponent(exp: Any) -> float | None:
-    """Value of a power's exponent if it is built from number literals and
-    + - * / only (e.g. 2, -1, 1/2, 0.5), else None."""
+def _magnitude(expr: Any) -> float:
+    """|expr| for a number-valued expression; 1 for a symbolic one."""
     import sympy
 
-    if exp.free_symbols or exp.atoms(sympy.NumberSymbol, sympy.Function):
-        return None
-    if any(isinstance(n, sympy.Pow) and n.args[1] != -1 for n in sympy.preorder_traversal(exp)):
-        return None
+    if not isinstance(expr, sympy.Expr) or expr.free_symbols:
+        return 1.0
     try:
-        return float(exp)
-    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-        return None
+        return abs(complex(sympy.N(expr, 15)))
+    except (TypeError, ValueError, OverflowError):
+        return 1.0  # not a number (an undefined function): nothing to evaluate either
 
 
-def _bounded(expr: Any, budget: float = MAX_EXPONENT**2) -> bool:
-    """True if `expr` is small enough to evaluate quickly: at most MAX_NODES nodes,
-    and every power has an exponent built from integer literals whose size, times
-    that of every enclosing power's exponent, is at most `budget` (so towers like
-    9**9**9 or ((10**40)**64)**64 are refused before anything is computed)."""
+def _bounded(value: Any, budget: float = MAX_EXPONENT**2) -> bool:
+    """True if `value` is small enough to compare quickly: at most MAX_NODES
+    nodes, integers of at most MAX_LITERAL_DIGITS digits, factorials of at most
+    MAX_FACTORIAL, sums and products of at most MAX_TERMS terms, and every power
+    with an exponent whose size, times that of every enclosing power's
+    exponent, is at most `budget` (so towers like 9**9**9 or
+    ((10**40)**64)**64 are refused before anything is computed)."""
     import sympy
 
-    nodes = sum(1 for _ in zip(range(MAX_NODES + 1), sympy.preorder_traversal(expr)))
+    if isinstance(value, sympy.MatrixBase):
+        value = sympy.Tuple(*value)
+    if not isinstance(value, sympy.Basic):
+        return False
+    nodes = sum(1 for _ in zip(range(MAX_NODES + 1), sympy.preorder_traversal(value)))
     if nodes > MAX_NODES:
         return False
 
     def ok(node: Any, room: float) -> bool:
+        if isinstance(node, sympy.MatrixBase):
+            return all(ok(x, room) for x in node)
+        if isinstance(node, sympy.Integer) and len(str(abs(node.p))) > MAX_LITERAL_DIGITS:
+            return False
+        if isinstance(node, sympy.Rational) and max(len(str(abs(node.p))), len(str(node.q))) > MAX_LITERAL_DIGITS:
+            return False
         if isinstance(node, sympy.Pow):
-            value = _exponent(node.args[1])
-            if value is None or abs(value) > room:
+            if not ok(node.exp, room):
                 return False
-            return ok(node.args[0], room / max(1.0, abs(value)))
+            size = _magnitude(node.exp)
+            return size <= room and ok(node.base, room / max(1.0, size))
+        if isinstance(node, (sympy.factorial, sympy.gamma, sympy.binomial, sympy.factorial2, sympy.subfactorial)):
+            return all(ok(a, room) and _magnitude(a) <= MAX_FACTORIAL for a in node.args)
+        if isinstance(node, (sympy.Sum, sympy.Product)):
+            for limit in node.limits:
+                if len(limit) == 3 and _magnitude(limit[2] - limit[1]) > MAX_TERMS:
+                    return False
         return all(ok(arg, room) for arg in node.args)
 
-    return ok(expr, budget)
+    return ok(value, budget)
 
 
-_SYMPY_GLOBALS = ("Symbol", "Integer", "Float", "Rational", "Mul", "Add", "Pow")
-
-
-def to_sympy(text: str) -> tuple[Any, bool] | None:
-    """(sympy expression, is_percent) for a bounded math answer, else None."""
-    norm = _normalise(text)
-    if norm is None:
-        return None
-    import sympy
-    from sympy.parsing.sympy_parser import (
-        implicit_multiplication_application,
-        parse_expr,
-        standard_transformations,
-    )
-
-    names = {n: getattr(sympy, n) for n in ("sqrt", "pi", "oo", "log", "sin", "cos", "tan", "exp")}
-    names["ln"] = sympy.log
-    source, percent = norm
-    try:
-        # evaluate=False: nothing is computed until _bounded has checked the tree.
-        expr = parse_expr(
-            source,
-            local_dict=names,
-            global_dict={"__builtins__": {}, **{n: getattr(sympy, n) for n in _SYMPY_GLOBALS}},
-            transformations=standard_transformations + (implicit_multiplication_application,),
-            evaluate=False,
-        )
-    except Exception:  # noqa: BLE001  (any parse failure means "not an expression")
-        return None
-    if not isinstance(expr, sympy.Basic) or not _bounded(expr):
-        return None
-    return expr, percent
-
-
-def _values(parsed: tuple[Any, bool]) -> list[Any]:
-    expr, percent = parsed
-    return [expr / 100, expr] if percent else [expr]
-
-
-def _close(a: Any, b: Any) -> bool:
-    """Numeric equality at 30 digits, at three points if the expressions have symbols."""
+@functools.lru_cache(maxsize=8192)
+def _reference_value(reference: str) -> tuple[Any | None, str]:
     import sympy
 
-    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
-    points = [{}] if not symbols else [dict(zip(symbols, p)) for p in ((0.37, 1.3, 2.9), (1.9, 0.61, 3.7), (2.3, 4.1, 0.83))]
-    try:
-        for point in points:
-            sub = {s: point.get(s, 1.7) for s in symbols} if symbols else {}
-            va = complex(sympy.N(a.subs(sub) if sub else a, 30))
-            vb = complex(sympy.N(b.subs(sub) if sub else b, 30))
-            if not (math.isfinite(abs(va)) and math.isfinite(abs(vb))):
-                return False
-            if abs(va - vb) > 1e-9 * max(1.0, abs(vb)):
-                return False
-        return True
-    except Exception:  # noqa: BLE001  (zoo, nan, unevaluable: not equal)
-        return False
+    value, why = _math_value(final_answer(reference))
+    if value is not None and (value == sympy.nan or value == sympy.zoo):
+        return None, f"it reads as {value}, no finite value"
+    return value, why
 
 
 def math_equal(answer: str, reference: str) -> bool:
-    """True if the value of `answer` equals that of `reference` (see module docstring)."""
-    ref = to_sympy(reference)
-    got = to_sympy(answer)
-    if ref is None or got is None:
-        return _clean(answer) == _clean(reference)
-    return any(_close(a, b) for a in _values(got) for b in _values(ref))
+    """True if the final answer of `answer` has the value of `reference` (see
+    the module docstring); False if it differs or is no value."""
+    want, _ = _reference_value(reference)
+    got, _ = _math_value(final_answer(answer))
+    return want is not None and got is not None and _verify(want, got)
+
+
+def _verify(want: Any, got: Any) -> bool:
+    """Math-Verify's comparison (floats rounded to 6 decimals, variables named
+    alike), without its SIGALRM time-out; errors it does not expect raise."""
+    from math_verify import grader
+
+    grader.TIMEOUT_WARNING_SHOWN = True  # no time-out on purpose: `_bounded` keeps comparisons short
+    return grader.verify(want, got, float_rounding=6, numeric_precision=15, strict=True,
+                         timeout_seconds=None, raise_on_error=True)
 
 
 def _grade_math(answer: str, reference: str, options: Mapping[str, Any]) -> Grade:
-    """The first answer candidate that parses as a value decides PASS/FAIL;
-    MALFORMED when none does."""
-    for candidate in answer_candidates(answer):
-        if to_sympy(candidate) is not None or _clean(candidate) == _clean(reference):
-            return passed() if math_equal(candidate, reference) else failed("wrong answer")
-    return malformed("no final answer found; end with 'Answer: <value>' or \\boxed{<value>}")
+    """PASS/FAIL on the value at the answer's final answer (`final_answer`);
+    MALFORMED, saying what was found, when that is no value."""
+    want, why = _reference_value(reference)
+    if want is None:
+        raise ValueError(f"math reference {reference[:60]!r} is not a value: {why}")
+    got, why = _math_value(final_answer(answer))
+    if got is None:
+        return malformed(why)
+    return passed() if _verify(want, got) else failed("wrong answer")
 
 
 def _check_math_reference(reference: str, options: Mapping[str, Any]) -> str | None:
-    return None if to_sympy(reference) is not None else f"reference {reference[:40]!r} is not a math value the verifier can parse"
+    value, why = _reference_value(reference)
+    return None if value is not None else f"reference {reference[:40]!r} is not a math value the verifier can parse ({why})"
 
 
 # ----------------------------------------------------------------------------
