@@ -61,6 +61,7 @@ import dataclasses
 import json
 import math
 import random
+import sys
 import types
 from typing import Any, Sequence
 
@@ -75,29 +76,48 @@ _SHOWN_CHARS = 120
 _CHUNK = 4000  # results travel as a list of str chunks (worker._encode_value keeps str <= 4096)
 
 
+# A builtin applied to a call's result in the sandbox: (name in APPLIED, literal
+# sources of its further positional arguments, of its keyword arguments).
+Wrap = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]
+
+
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """One decomposed assert: `call` runs in the sandbox, the rest stays on the host.
+    """One decomposed assert: `call` (wrapped) runs in the sandbox, the rest stays on the host.
 
-    kind: "eq" (== expected), "close" (within rel_tol/abs_tol of expected),
-      "truthy", "falsy".
+    kind: "eq" (== expected, Python's ==), "is" (is None/True/False), "close"
+      (within rel_tol/abs_tol of expected), "truthy", "falsy" (the call's
+      result through bool(), applied in the sandbox as for `assert f(x)`).
+    args: each a literal's source, or an expression over the names the test
+      setup binds (evaluated in the program's namespace after the setup).
+    wrap: the builtins applied to the result in the sandbox, innermost first.
     source: the assert as written (named in errors and feedback).
     """
 
     function: str
-    args: tuple[str, ...]  # literal source of each positional argument
+    args: tuple[str, ...]
     kwargs: tuple[tuple[str, str], ...]
     kind: str
     expected: Any = None
     rel_tol: float = 0.0
     abs_tol: float = 0.0
     source: str = ""
-    wrap: str = ""  # a conversion from _WRAPPERS applied (on the host) to the result, or ""
+    wrap: tuple[Wrap, ...] = ()
 
     @property
     def call(self) -> str:
         parts = list(self.args) + [f"{k}={v}" for k, v in self.kwargs]
         return f"{self.function}({', '.join(parts)})"
+
+    @property
+    def applied(self) -> str:
+        """The call inside its wrappers, as the test wrote it (`int(f(5, 3))`)."""
+        text = self.call
+        for i, (name, extra, named) in enumerate(self.wrap):
+            if name == "bool" and i == len(self.wrap) - 1 and self.kind in ("truthy", "falsy"):
+                break  # `assert f(x)`: the bool() is implied
+            text = f"{name}({', '.join([text, *extra, *(f'{k}={v}' for k, v in named)])})"
+        return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +138,7 @@ class ProgramTests:
     replay: tuple[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ...] = ()
     check_source: str = ""
     prelude: str = ""
+    setup: str = ""  # "asserts": trusted code run after the program, before the calls
     io_pairs: tuple[tuple[str, str], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     limits: sandbox.Limits = sandbox.Limits()
@@ -126,17 +147,32 @@ class ProgramTests:
 # ----------------------------------------------------------------------------- loading
 
 
-# Conversions a test may apply to a call's result (`tuple(f(x)) == ...`): they
-# run on the host, on the decoded plain value.
-_WRAPPERS = {"tuple": tuple, "list": list, "sorted": sorted, "set": set, "frozenset": frozenset}
+# Builtins a test may apply to a call's result (`int(f(x)) == 35`, `sorted(f(x)) == [...]`,
+# `round(f(x), 2) == 0.33`): they run in the sandbox, on the returned object, as part of the
+# call (the harness's own copies, taken before the candidate loads), and the host compares
+# what they return. Pure and bounded by the job's limits; their extra arguments are literals.
+APPLIED = ("int", "float", "str", "bool", "len", "abs", "round", "list", "tuple", "set", "frozenset", "sorted")
+# The same builtins on literals, for expected values (`== set([1, 2])`), on the host; and
+# `sys.getsizeof(<literal>)` (MBPP task 596), the sandbox's interpreter being this one.
+_HOST_FUNCTIONS: dict[str, Any] = {name: getattr(builtins, name) for name in APPLIED} | {"sys.getsizeof": sys.getsizeof}
 _ARITH = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
           ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
           ast.Pow: lambda a, b: a**b}
 
 
+def _dotted(node: ast.AST) -> str:
+    """"name" or "module.name" for a Name or one Attribute of a Name, else ""."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return ""
+
+
 def _constant(node: ast.AST) -> Any:
     """A literal, or constant arithmetic on literals (`3 * 19`, `2.0 / 3.0`, `'ab' + 'c'`),
-    or tuple/list/set/sorted of one; ValueError otherwise. Bounded: no huge powers or strings."""
+    or one of _HOST_FUNCTIONS applied to literals; ValueError otherwise. Bounded: no huge
+    powers or strings."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError):
@@ -161,8 +197,15 @@ def _constant(node: ast.AST) -> Any:
         if type(value) not in (int, float):
             raise ValueError("not a number")
         return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _WRAPPERS and len(node.args) == 1 and not node.keywords:
-        return _WRAPPERS[node.func.id](_constant(node.args[0]))
+    if isinstance(node, ast.Call) and _dotted(node.func) in _HOST_FUNCTIONS and node.args:
+        args = [_constant(a) for a in node.args]
+        kwargs = {kw.arg: _constant(kw.value) for kw in node.keywords if kw.arg is not None}
+        if len(kwargs) != len(node.keywords):
+            raise ValueError("**kwargs")
+        try:
+            return _HOST_FUNCTIONS[_dotted(node.func)](*args, **kwargs)
+        except (ArithmeticError, TypeError, ValueError) as e:
+            raise ValueError(str(e)) from None
     raise ValueError("not a constant")
 
 
@@ -173,22 +216,61 @@ def _literal(node: ast.AST, what: str, source: str) -> Any:
         raise ValueError(f"cannot decompose test {source!r}: {what} {ast.unparse(node)!r} is not a literal") from None
 
 
-def _call(node: ast.AST, target: str | None, source: str) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]] | None:
-    """(function, args, kwargs) of a call on a plain name with literal arguments, or None."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-        return None
-    if target is not None and node.func.id != target:
-        return None
+# Node types an argument expression may use (names bound by the test setup, calls,
+# attributes, containers, operators): no lambdas, comprehensions or assignments.
+_EXPRESSION_NODES = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.Call, ast.keyword, ast.Attribute,
+                     ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.Subscript, ast.Slice,
+                     ast.unaryop, ast.operator)
+
+
+def _expression(node: ast.AST, names: frozenset[str], source: str) -> str:
+    """Source of an argument evaluated in the program's namespace (after the test
+    setup); ValueError naming what it may not use. A bare name must be a builtin or
+    bound by the test setup code / imports; a called name (`Pair(1, 2)`) may also be
+    the program's own, as MBPP's harness ran the tests in the program's namespace."""
+    text = ast.unparse(node)
+    called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    for sub in ast.walk(node):
+        if not isinstance(sub, _EXPRESSION_NODES):
+            raise ValueError(f"cannot decompose test {source!r}: argument {text!r} uses {type(sub).__name__}, "
+                             "not allowed in a test's arguments")
+        if isinstance(sub, ast.Name) and id(sub) not in called and sub.id not in names and not hasattr(builtins, sub.id):
+            raise ValueError(f"cannot decompose test {source!r}: argument {text!r} uses the name {sub.id!r}, "
+                             "which is neither a literal, a builtin, nor bound by the row's test setup code or imports")
+    return text
+
+
+def _call(node: ast.AST, target: str | None, source: str, names: frozenset[str] | None) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(function, args, kwargs) of a call on a plain name; each argument is a literal's
+    source or (names not None) an expression over `names` (see _expression)."""
+    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+
+    def argument(value: ast.AST) -> str:
+        try:
+            return _source_of(_constant(value), value, source)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            if names is None:
+                raise ValueError(f"cannot decompose test {source!r}: argument {ast.unparse(value)!r} is not a literal") from None
+            return _expression(value, names, source)
+
     args = []
     for arg in node.args:
         if isinstance(arg, ast.Starred):
             raise ValueError(f"cannot decompose test {source!r}: starred argument")
-        args.append(_source_of(_literal(arg, "argument", source), arg, source))
+        args.append(argument(arg))
     kwargs = []
     for kw in node.keywords:
         if kw.arg is None:
             raise ValueError(f"cannot decompose test {source!r}: **kwargs argument")
-        kwargs.append((kw.arg, _source_of(_literal(kw.value, "argument", source), kw.value, source)))
+        kwargs.append((kw.arg, argument(kw.value)))
+    if names is not None and hasattr(builtins, node.func.id):
+        # `isinstance(f(1), int)`: a builtin (not one of APPLIED) around the call of the
+        # function tested. A program's own function may share a builtin's name (MBPP 126's
+        # `sum(10, 15)`), but then it gets no calls as arguments.
+        for arg in [*node.args, *(kw.value for kw in node.keywords)]:
+            if any(isinstance(sub, ast.Call) for sub in ast.walk(arg)):
+                raise ValueError(f"cannot decompose test {source!r}: builtin {node.func.id}() is applied to "
+                                 f"{ast.unparse(arg)!r}; only {', '.join(APPLIED)} may wrap the call tested")
     return node.func.id, tuple(args), tuple(kwargs)
 
 
@@ -212,12 +294,23 @@ def _is_call(node: ast.AST, target: str | None) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (target is None or node.func.id == target)
 
 
-def _target_call(node: ast.AST, target: str | None) -> tuple[str, ast.Call] | None:
-    """("", call) for a call on the target, (wrapper, call) for `tuple(call)` etc., else None."""
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _WRAPPERS
-            and len(node.args) == 1 and not node.keywords and _is_call(node.args[0], target)):
-        return node.func.id, node.args[0]
-    return ("", node) if _is_call(node, target) else None
+def _target_call(node: ast.AST, target: str | None, source: str) -> tuple[tuple[Wrap, ...], ast.Call] | None:
+    """(wrappers, call) for a call on the target, or one inside builtins of APPLIED
+    (`int(f(x))`, `sorted(set(f(x)))`, `round(f(x), 2)`: innermost first), else None.
+    A builtin's name with a call as its first argument is the builtin, not the target."""
+    wraps: list[Wrap] = []
+    while (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in APPLIED
+           and node.args and isinstance(node.args[0], ast.Call) and not isinstance(node.args[0].func, ast.Attribute)):
+        extra = tuple(_source_of(_literal(a, f"{node.func.id}() argument", source), a, source) for a in node.args[1:])
+        named = tuple((kw.arg, _source_of(_literal(kw.value, f"{node.func.id}() argument", source), kw.value, source))
+                      for kw in node.keywords if kw.arg is not None)
+        if len(named) != len(node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
+            raise ValueError(f"cannot decompose test {source!r}: {node.func.id}() with unpacked arguments")
+        wraps.append((node.func.id, extra, named))
+        node = node.args[0]
+    if not _is_call(node, target):
+        return None
+    return tuple(reversed(wraps)), node
 
 
 def _number(node: ast.AST, source: str) -> float:
@@ -227,58 +320,84 @@ def _number(node: ast.AST, source: str) -> float:
     return float(value)
 
 
-def decompose(stmt: ast.Assert, target: str | None, source: str) -> Check:
-    """The Check for one assert statement; ValueError (naming it) if it does not decompose.
+def _checked(wrapped: tuple[tuple[Wrap, ...], ast.Call], target: str | None, source: str,
+             names: frozenset[str] | None, **fields: Any) -> Check:
+    wraps, call = wrapped
+    return Check(*_call(call, target, source, names), source=source, wrap=wraps, **fields)
+
+
+def decompose(stmt: ast.Assert, target: str | None, source: str, names: frozenset[str] | None = None) -> Check:
+    """The Check for one assert statement; ValueError (naming it and why) if it does not decompose.
 
     target: the only function name calls may use (e.g. "candidate"); None: any name.
+    names: the names the test setup binds, which (with builtins) arguments may use
+      as expressions evaluated in the sandbox; None: literal arguments only.
     """
     test = stmt.test
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _is_call(test.operand, target):
-        return Check(*_call(test.operand, target, source), kind="falsy", source=source)
-    if _is_call(test, target):
-        return Check(*_call(test, target, source), kind="truthy", source=source)
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "isclose" and isinstance(test.func.value, ast.Name) and test.func.value.id == "math":
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _target_call(test.operand, target, source):
+        wraps, call = _target_call(test.operand, target, source)
+        return _checked((wraps + (("bool", (), ()),), call), target, source, names, kind="falsy")
+    if _target_call(test, target, source):
+        wraps, call = _target_call(test, target, source)
+        return _checked((wraps + (("bool", (), ()),), call), target, source, names, kind="truthy")
+    if isinstance(test, ast.Call) and _dotted(test.func) == "math.isclose":
         # math.isclose(f(x), y, rel_tol=..., abs_tol=...), either argument order
-        if len(test.args) == 2:
-            a, b = test.args
-            call_node, want_node = (a, b) if _is_call(a, target) else (b, a)
-            if _is_call(call_node, target) and not _is_call(want_node, target):
-                tol = {"rel_tol": 1e-9, "abs_tol": 0.0}
-                for kw in test.keywords:
-                    if kw.arg not in tol:
-                        raise ValueError(f"cannot decompose test {source!r}: math.isclose keyword {kw.arg!r}")
-                    tol[kw.arg] = _number(kw.value, source)
-                expected = _literal(want_node, "expected value", source)
-                return Check(*_call(call_node, target, source), kind="close", expected=expected, source=source, **tol)
+        if len(test.args) != 2:
+            raise ValueError(f"cannot decompose test {source!r}: math.isclose takes two values")
+        a, b = test.args
+        sides = [(_target_call(x, target, source), y) for x, y in ((a, b), (b, a))]
+        sides = [(w, y) for w, y in sides if w is not None]
+        if len(sides) != 1:
+            raise ValueError(f"cannot decompose test {source!r}: math.isclose needs one call of the function "
+                             "tested and one literal")
+        wrapped, want_node = sides[0]
+        tol = {"rel_tol": 1e-9, "abs_tol": 0.0}
+        for kw in test.keywords:
+            if kw.arg not in tol:
+                raise ValueError(f"cannot decompose test {source!r}: math.isclose keyword {kw.arg!r}")
+            tol[kw.arg] = _number(kw.value, source)
+        expected = _literal(want_node, "expected value", source)
+        if type(expected) not in (int, float):
+            raise ValueError(f"cannot decompose test {source!r}: math.isclose expected value {expected!r} is not a number")
+        return _checked(wrapped, target, source, names, kind="close", expected=expected, **tol)
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         left, op, right = test.left, test.ops[0], test.comparators[0]
         if isinstance(op, (ast.Eq, ast.Is)):
             for call_side, want_node in ((left, right), (right, left)):
-                wrapped = _target_call(call_side, target)
+                wrapped = _target_call(call_side, target, source)
                 if wrapped is None:
                     continue
+                if _target_call(want_node, target, source) is not None:
+                    raise ValueError(f"cannot decompose test {source!r}: both sides call the function tested; "
+                                     "the expected side must be a literal")
                 try:
                     expected = _constant(want_node)
                 except (ValueError, TypeError, MemoryError, RecursionError):
-                    continue
-                if isinstance(op, ast.Is) and not any(expected is v for v in (None, True, False)):
-                    raise ValueError(f"cannot decompose test {source!r}: 'is' compares with {expected!r}")
-                wrap, call_node = wrapped
-                return Check(*_call(call_node, target, source), kind="eq", expected=expected, source=source, wrap=wrap)
-        if isinstance(op, (ast.Lt, ast.LtE)) and isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "abs" and len(left.args) == 1:
+                    raise ValueError(f"cannot decompose test {source!r}: expected value {ast.unparse(want_node)!r} "
+                                     "is not a literal (expected values are computed on the host, from literals "
+                                     "and the builtins " + ", ".join(_HOST_FUNCTIONS) + ")") from None
+                if isinstance(op, ast.Is):
+                    if not any(expected is v for v in (None, True, False)):
+                        raise ValueError(f"cannot decompose test {source!r}: 'is' compares with {expected!r}")
+                    return _checked(wrapped, target, source, names, kind="is", expected=expected)
+                return _checked(wrapped, target, source, names, kind="eq", expected=expected)
+        if isinstance(op, (ast.Lt, ast.LtE)) and isinstance(left, ast.Call) and _dotted(left.func) == "abs" and len(left.args) == 1:
             # abs(f(x) - y) < tol, abs(y - f(x)) <= tol
             inner = left.args[0]
             if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Sub):
                 a, b = inner.left, inner.right
-                call_node, want_node = (a, b) if _is_call(a, target) else (b, a)
-                if _is_call(call_node, target) and not _is_call(want_node, target):
+                sides = [(w, y) for w, y in ((_target_call(a, target, source), b), (_target_call(b, target, source), a)) if w]
+                if len(sides) == 1:
+                    wrapped, want_node = sides[0]
                     expected = _literal(want_node, "expected value", source)
                     if type(expected) not in (int, float):
                         raise ValueError(f"cannot decompose test {source!r}: {expected!r} is not a number")
-                    return Check(*_call(call_node, target, source), kind="close", expected=expected, abs_tol=_number(right, source), source=source)
+                    return _checked(wrapped, target, source, names, kind="close", expected=expected,
+                                    abs_tol=_number(right, source))
     raise ValueError(
-        f"cannot decompose test {source!r}: expected `assert f(<literals>) == <literal>` "
-        "(or `assert f(...)`, `assert not f(...)`, math.isclose / abs(...) < tol)"
+        f"cannot decompose test {source!r}: expected `assert f(...) == <literal>` (f's result may be wrapped in "
+        f"one of {', '.join(APPLIED)}), `assert f(...)`, `assert not f(...)`, `assert f(...) is None/True/False`, "
+        "`assert math.isclose(f(...), <number>)` or `assert abs(f(...) - <number>) < <tolerance>`"
     )
 
 
@@ -289,20 +408,39 @@ def _parse(text: str, what: str) -> ast.Module:
         raise ValueError(f"{what} is not valid Python: {e.msg} (line {e.lineno})") from None
 
 
-def assert_tests(asserts: Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S, limits: sandbox.Limits = sandbox.Limits()) -> ProgramTests:
+def _bound_names(module: ast.Module) -> frozenset[str]:
+    """Names a module binds (assignments, imports, defs, loop and with targets)."""
+    names = set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+    return frozenset(names)
+
+
+def assert_tests(asserts: Sequence[str], *, setup: str = "", timeout_s: float = DEFAULT_TIMEOUT_S, limits: sandbox.Limits = sandbox.Limits()) -> ProgramTests:
     """MBPP-style tests: each string is one `assert f(...) == ...` statement.
 
-    Raises ValueError naming the first assert that cannot be decomposed; such
-    tests are never run in the candidate's process."""
+    setup: trusted code run in the sandbox, in the program's namespace after the
+      program and before the calls (MBPP's test_imports and test_setup_code, as
+      its harness exec'd test_setup_code then the asserts after the program); the
+      calls' arguments may use the names it binds. Never the expected values:
+      those are literals kept on the host.
+    Raises ValueError naming the first assert that cannot be decomposed, and why;
+    such tests are never run in the candidate's process."""
+    names = _bound_names(_parse(setup, "the test setup code"))
     checks = []
     for text in asserts:
         module = _parse(text, f"test {text!r}")
         if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
             raise ValueError(f"test {text!r} must be exactly one assert statement")
-        checks.append(decompose(module.body[0], None, text.strip()))
+        checks.append(decompose(module.body[0], None, text.strip(), names))
     if not checks:
         raise ValueError("a program task needs at least one test")
-    return ProgramTests(form="asserts", entry=checks[0].function, checks=tuple(checks), timeout_s=timeout_s, limits=limits)
+    return ProgramTests(form="asserts", entry=checks[0].function, checks=tuple(checks), setup=setup, timeout_s=timeout_s, limits=limits)
 
 
 def humaneval_tests(test: str, entry_point: str, *, prelude: str = "", reference: str = "", timeout_s: float = DEFAULT_TIMEOUT_S, limits: sandbox.Limits = sandbox.Limits()) -> ProgramTests:
@@ -446,7 +584,15 @@ def stdio_tests(pairs: Sequence[tuple[str, str]], *, timeout_s: float = 2.0, lim
 # Runs in the sandbox. Values cross as tagged plain data built from exact
 # builtin types only; everything else is {"opaque": type name}.
 _ENCODER = r'''
-import json as _json, sys as _sys, traceback as _tb
+import builtins as _builtins, collections as _collections, json as _json, sys as _sys, traceback as _tb
+
+# Taken when the harness loads, before the candidate's program runs (which may
+# patch builtins or collections): the only code that decides how a value is sent.
+_rlpt_dict_items = dict.items
+# Dicts by another name: Python's == compares them with a dict as a dict, and the
+# expected side is always a plain dict, so they cross as one (their exact types only).
+_rlpt_dicts = (dict, _collections.Counter, _collections.OrderedDict, _collections.defaultdict)
+_rlpt_applied = {name: getattr(_builtins, name) for name in %(applied)r}
 
 def _rlpt_tag(v, depth=0):
     if depth > 64:
@@ -458,8 +604,8 @@ def _rlpt_tag(v, depth=0):
         return {"list": [_rlpt_tag(x, depth + 1) for x in v]}
     if t is tuple:
         return {"tuple": [_rlpt_tag(x, depth + 1) for x in v]}
-    if t is dict:
-        return {"dict": [[_rlpt_tag(k, depth + 1), _rlpt_tag(x, depth + 1)] for k, x in v.items()]}
+    if t in _rlpt_dicts:
+        return {"dict": [[_rlpt_tag(k, depth + 1), _rlpt_tag(x, depth + 1)] for k, x in _rlpt_dict_items(v)]}
     if t is set or t is frozenset:
         return {t.__name__: [_rlpt_tag(x, depth + 1) for x in v]}
     if t is bytes:
@@ -497,22 +643,36 @@ def _rlpt_load(source, name):
     except BaseException as e:
         return None, {"phase": "load", "error": _rlpt_last(e), "error_type": type(e).__name__}
     return namespace, None
-''' % {"chunk": _CHUNK}
+''' % {"chunk": _CHUNK, "applied": APPLIED}
 
 _CALLS_HARNESS = _ENCODER + r'''
-def _rlpt_main(source, calls):
+def _rlpt_argument(source, namespace):
+    import ast as _ast
+    try:
+        return _ast.literal_eval(source)
+    except (ValueError, TypeError, SyntaxError):  # an expression over the names the setup bound
+        return eval(source, namespace)
+
+def _rlpt_main(source, setup, calls):
     import ast as _ast
     namespace, problem = _rlpt_load(source, "__candidate__")
     if problem is not None:
         return _rlpt_chunks(problem)
-    for entry, _, _ in calls:
+    for entry, _, _, _ in calls:
         if not callable(namespace.get(entry)):
             return _rlpt_chunks({"phase": "entry", "error": "no function %%r defined" %% entry, "error_type": "NameError"})
+    if setup:
+        try:
+            exec(compile(setup, "<test setup>", "exec"), namespace)
+        except BaseException as e:
+            return _rlpt_chunks({"phase": "setup", "error": "the test setup code raised " + _rlpt_last(e), "error_type": type(e).__name__})
     results = []
-    for entry, args, kwargs in calls:
+    for entry, args, kwargs, wraps in calls:
         fn = namespace[entry]
         try:
-            value = fn(*[_ast.literal_eval(a) for a in args], **{k: _ast.literal_eval(v) for k, v in kwargs})
+            value = fn(*[_rlpt_argument(a, namespace) for a in args], **{k: _rlpt_argument(v, namespace) for k, v in kwargs})
+            for name, extra, named in wraps:
+                value = _rlpt_applied[name](value, *[_ast.literal_eval(a) for a in extra], **{k: _ast.literal_eval(v) for k, v in named})
             results.append({"ok": _rlpt_tag(value)})
         except BaseException as e:
             results.append({"error": _rlpt_last(e), "error_type": type(e).__name__})
@@ -637,20 +797,19 @@ class _Opaque:
 
 
 def _same(got: Any, want: Any, rel_tol: float = FLOAT_RTOL, abs_tol: float = FLOAT_RTOL) -> bool:
-    """Python's == on plain data, except that bool is not a number (True is not 1);
-    int and float compare numerically (floats within rel_tol/abs_tol)."""
-    numeric = (int, float)
-    if type(want) in numeric and type(got) in numeric:
-        if type(want) is int and type(got) is int:
-            return got == want
+    """Python's == on plain data decoded here (no candidate object is involved:
+    `0 == False`, `1.0 == 1`, a returned Counter is a dict), and floats, also
+    inside lists, tuples and dict values, within rel_tol/abs_tol (a sum taken in
+    another order is still right)."""
+    if got == want:
+        return True
+    if type(got) in (int, float) and type(want) in (int, float) and float in (type(got), type(want)):
         return math.isclose(got, want, rel_tol=rel_tol, abs_tol=abs_tol)
-    if type(got) is not type(want):
-        return False
-    if type(want) in (list, tuple):
+    if type(got) is type(want) and type(want) in (list, tuple):
         return len(got) == len(want) and all(_same(g, w, rel_tol, abs_tol) for g, w in zip(got, want))
-    if type(want) is dict:
+    if type(got) is dict and type(want) is dict:
         return got.keys() == want.keys() and all(_same(got[k], want[k], rel_tol, abs_tol) for k in want)
-    return got == want
+    return False
 
 
 def _shown(value: Any) -> str:
@@ -685,9 +844,14 @@ def _job(source: str, call: tuple[Any, ...], tests: ProgramTests, files: dict[st
     return sandbox.PythonJob(source=source, entry="_rlpt_main", calls=(call,), timeout_s=tests.timeout_s, limits=tests.limits, files=files or {}, output_limit=256)
 
 
+def _wire(function: str, args: Sequence[str], kwargs: Sequence[tuple[str, str]], wrap: Sequence[Wrap] = ()) -> list[Any]:
+    """One call as the calls harness reads it: [function, args, kwargs, wrappers]."""
+    return [function, list(args), [list(kv) for kv in kwargs], [[n, list(e), [list(kv) for kv in k]] for n, e, k in wrap]]
+
+
 def _grade_checks(answer: str, tests: ProgramTests) -> Grade:
-    calls = [[c.function, list(c.args), [list(kv) for kv in c.kwargs]] for c in tests.checks]
-    job = _job(_harness(_CALLS_HARNESS), (answer, calls), tests)
+    calls = [_wire(c.function, c.args, c.kwargs, c.wrap) for c in tests.checks]
+    job = _job(_harness(_CALLS_HARNESS), (answer, tests.setup, calls), tests)
     payload = _payload(sandbox.run(job), tests.timeout_s)
     if isinstance(payload, Grade):
         return payload
@@ -697,30 +861,30 @@ def _grade_checks(answer: str, tests: ProgramTests) -> Grade:
     for check, out in zip(tests.checks, outputs):
         if not isinstance(out, dict):
             return Grade(Verdict.ERROR, 0.0, "program returned malformed results")
+        shown = check.applied
         if "error" in out:
             if out.get("error_type") == "MemoryError":
-                return Grade(Verdict.OOM, 0.0, _cut(f"{check.call}: memory limit exceeded"))
-            return Grade(Verdict.ERROR, 0.0, _cut(f"test `{check.source}` failed: {check.call} raised {out['error']}"))
+                return Grade(Verdict.OOM, 0.0, _cut(f"{shown}: memory limit exceeded"))
+            return Grade(Verdict.ERROR, 0.0, _cut(f"test `{check.source}` failed: {shown} raised {out['error']}"))
         try:
             got = _untag(out.get("ok"))
         except (_Bad, TypeError, ValueError, RecursionError) as e:
-            return Grade(Verdict.ERROR, 0.0, f"{check.call} returned a malformed value ({e})")
+            return Grade(Verdict.ERROR, 0.0, f"{shown} returned a malformed value ({e})")
         if isinstance(got, _Opaque) or _has_opaque(got):
-            return failed(_cut(f"test `{check.source}` failed: {check.call} returned {_shown(got)}, not plain data"))
-        if check.wrap:
-            try:
-                got = _WRAPPERS[check.wrap](got)
-            except (TypeError, ValueError) as e:
-                return failed(_cut(f"test `{check.source}` failed: {check.wrap}() of {check.call}'s result {_shown(got)} raised {type(e).__name__}: {e}"))
+            return failed(_cut(f"test `{check.source}` failed: {shown} returned {_shown(got)}, not plain data"))
         if check.kind == "eq":
             ok = _same(got, check.expected)
+        elif check.kind == "is":
+            ok = got is check.expected
         elif check.kind == "close":
-            ok = type(got) in (int, float) and math.isclose(got, check.expected, rel_tol=check.rel_tol, abs_tol=check.abs_tol)
-        else:
-            ok = bool(got) is (check.kind == "truthy")
+            ok = type(got) in (bool, int, float) and math.isclose(got, check.expected, rel_tol=check.rel_tol, abs_tol=check.abs_tol)
+        else:  # bool() was applied in the sandbox
+            ok = got is (check.kind == "truthy")
         if not ok:
-            want = {"eq": _shown(check.expected), "close": f"{check.expected!r} (within tolerance)", "truthy": "a true value", "falsy": "a false value"}[check.kind]
-            return failed(_cut(f"test `{check.source}` failed: {check.call} returned {_shown(got)}, expected {want}"))
+            if check.kind in ("truthy", "falsy"):
+                return failed(_cut(f"test `{check.source}` failed: {shown} returned a {'false' if check.kind == 'truthy' else 'true'} value"))
+            want = _shown(check.expected) if check.kind in ("eq", "is") else f"{check.expected!r} (within tolerance)"
+            return failed(_cut(f"test `{check.source}` failed: {shown} returned {_shown(got)}, expected {want}"))
     return passed(f"all {len(tests.checks)} tests passed")
 
 
@@ -773,8 +937,8 @@ def _grade_replay(answer: str, tests: ProgramTests) -> Grade:
     """check() runs here, on the host, over values the candidate computed in the
     sandbox for the calls recorded from the reference run: the candidate's
     process only ever returns plain data, as for decomposed asserts."""
-    calls = [[tests.entry, list(args), [list(kv) for kv in named]] for args, named in tests.replay]
-    payload = _payload(sandbox.run(_job(_harness(_CALLS_HARNESS), (answer, calls), tests)), tests.timeout_s)
+    calls = [_wire(tests.entry, args, named) for args, named in tests.replay]
+    payload = _payload(sandbox.run(_job(_harness(_CALLS_HARNESS), (answer, "", calls), tests)), tests.timeout_s)
     if isinstance(payload, Grade):
         return payload
     outputs = payload.get("results")

@@ -9,6 +9,12 @@ The reference (the mapped answer field) is one of:
   or the `entry_point` option;
 * a list of {"input": "...", "output": "..."} objects (stdin -> stdout).
 
+A row's test_imports and test_setup_code fields (MBPP's columns of those
+names, read by default) are run in the sandbox after the program and before
+assert tests, in the program's namespace, as MBPP's harness did; the tests'
+arguments may use the names they bind (the expected values stay literals,
+kept on the host).
+
 Tests are parsed into `environments.programs.ProgramTests` once per row at
 registration (an assert that cannot be decomposed, a check() without an entry
 point or a malformed pair is a load-time ValueError naming file, row and
@@ -72,8 +78,17 @@ def _pairs(items: list[Any]) -> list[tuple[str, str]]:
     return pairs
 
 
-def parse_tests(reference: str, entry_point: str | None = None, options: Mapping[str, Any] | None = None) -> ProgramTests:
-    """ProgramTests of one reference (see the module docstring); ValueError if unusable."""
+def test_setup(test_imports: str | None, test_setup_code: str | None) -> str:
+    """The code run before a row's assert tests: its imports, then its setup code."""
+    return "\n".join(part.replace("\r\n", "\n") for part in (test_imports, test_setup_code) if part and part.strip())
+
+
+def parse_tests(reference: str, entry_point: str | None = None, options: Mapping[str, Any] | None = None,
+                setup: str = "") -> ProgramTests:
+    """ProgramTests of one reference (see the module docstring); ValueError if unusable.
+
+    setup: code run in the sandbox after the program and before assert tests
+    (`test_setup`); other forms of tests refuse it."""
     options = options or {}
     entry_point = entry_point or options.get("entry_point") or None
     text = reference.strip()
@@ -90,8 +105,9 @@ def parse_tests(reference: str, entry_point: str | None = None, options: Mapping
         if not data:
             raise ValueError("a code task needs at least one test")
         if all(isinstance(x, str) for x in data):
-            return assert_tests(data, timeout_s=_timeout(options, 5.0))
+            return assert_tests(data, setup=setup, timeout_s=_timeout(options, 5.0))
         if all(isinstance(x, dict) for x in data):
+            _no_setup(setup, "stdin/stdout tests")
             return stdio_tests(_pairs(data), timeout_s=_timeout(options, 2.0))
         raise ValueError("the tests must be a list of assert strings or a list of {'input', 'output'} objects, "
                          "not a mix")
@@ -101,13 +117,20 @@ def parse_tests(reference: str, entry_point: str | None = None, options: Mapping
                              "fields={'entry_point': ...} or pass options={'entry_point': ...}")
         if not entry_point.isidentifier():
             raise ValueError(f"entry_point {entry_point!r} is not a Python identifier")
+        _no_setup(setup, "a check(candidate) test")
         return humaneval_tests(text, entry_point, timeout_s=_timeout(options, 5.0))
-    tests = assert_tests(_asserts_of_text(text), timeout_s=_timeout(options, 5.0))
-    return tests
+    return assert_tests(_asserts_of_text(text), setup=setup, timeout_s=_timeout(options, 5.0))
+
+
+def _no_setup(setup: str, form: str) -> None:
+    if setup:
+        raise ValueError(f"test_setup_code / test_imports are run before assert tests; {form} has no place for "
+                         f"them (got {setup[:60]!r})")
 
 
 def _prepare(reference: str, row: Any, options: Mapping[str, Any]) -> ProgramTests:
-    return parse_tests(reference, getattr(row, "entry_point", None), options)
+    setup = test_setup(getattr(row, "test_imports", None), getattr(row, "test_setup_code", None))
+    return parse_tests(reference, getattr(row, "entry_point", None), options, setup)
 
 
 def program_text(answer: str) -> str:

@@ -166,3 +166,71 @@ def test_sandbox_failures_are_sandbox_error(tmp_path, monkeypatch):
     env.reset(seed=0)
     _, reward, _, _, info = env.step(RIGHT["add"])
     assert info["verdict"] == "SANDBOX_ERROR" and info["infra_error"] and reward == 0.0
+
+
+# MBPP-shaped rows of our own making, with its columns (text, test_list, task_id,
+# test_setup_code; test_imports as in its sanitized file: a list of import lines).
+NODE = "class Node:\n    def __init__(self, v):\n        self.v, self.left, self.right = v, None, None\n"
+MBPP_ROWS = [
+    {"task_id": 1, "text": "Write a function counting letters.", "test_setup_code": "", "test_imports": [],
+     "test_list": ["assert letters('aba') == {'a': 2, 'b': 1}", "assert letters('') == {}"]},
+    {"task_id": 2, "text": "Write a function for the n-th triangle number.", "test_setup_code": "",
+     "test_list": ["assert int(tri(3)) == 6", "assert int(tri(1)) == 1"]},
+    {"task_id": 3, "text": "Write a function for a binary tree's height.",
+     "test_setup_code": "root = Node(1)\r\nroot.left = Node(2)\r\nroot.left.right = Node(3)\r\nleaf = Node(4)",
+     "test_list": ["assert height(root) == 3", "assert height(leaf) == 1"]},
+    {"task_id": 4, "text": "Write a function rounding down a real number.", "test_setup_code": "",
+     "test_imports": ["import math"], "test_list": ["assert floor_of(math.e) == 2", "assert floor_of(-0.5) == -1"]},
+    {"task_id": 5, "text": "Write a function telling whether a number is odd.", "test_setup_code": "",
+     "test_list": ["assert is_odd(3) == True", "assert is_odd(4) == False"]},
+    {"task_id": 6, "text": "A row whose test compares with a value computed in the sandbox.", "test_setup_code": "",
+     "test_list": ["assert twice(2) == 4", "assert twice(x) == 2 * x"]},
+]
+MBPP_CODE = {
+    1: "from collections import Counter\ndef letters(s):\n    return Counter(s)",
+    2: "def tri(n):\n    return n * (n + 1) / 2",
+    3: NODE + "def height(n):\n    return 0 if n is None else 1 + max(height(n.left), height(n.right))",
+    4: "import math\ndef floor_of(x):\n    return math.floor(x)",
+    5: "def is_odd(n):\n    return n % 2",
+}
+MBPP_FIELDS = {"prompt": "text", "answer": "test_list", "id": "task_id"}
+
+
+def test_mbpp_rows_as_their_authors_meant(tmp_path):
+    """Counter for a dict, 0/1 for False/True, int() around the call, the setup code
+    building the tree with the program's class, the imports: each row's canonical
+    program passes; the one assert that does not split refuses its row only."""
+    spec = datasets.register_file(_id(), _jsonl(tmp_path / "mbpp.jsonl", MBPP_ROWS), verifier="code", fields=MBPP_FIELDS)
+    domain = registry.domain(spec.id)
+    [refused] = domain.refused
+    assert (refused.id, refused.where) == ("6", "line 6")
+    assert "cannot decompose test 'assert twice(x) == 2 * x': expected value '2 * x' is not a literal" in refused.reason
+    tasks = {task.key: task for task in domain._tasks}
+    assert sorted(tasks) == ["1", "2", "3", "4", "5"]
+    assert "root = Node(1)\nroot.left" in tasks["3"].hidden.setup and tasks["4"].hidden.setup == "import math"
+    for key, task in tasks.items():
+        grade = domain.grade(task, MBPP_CODE[int(key)])
+        assert grade.success, (key, grade)
+    wrong = {"1": "def letters(s):\n    return {c: 1 for c in s}", "2": "def tri(n):\n    return n * n / 2",
+             "3": NODE + "def height(n):\n    return 3", "4": "def floor_of(x):\n    return round(x)",
+             "5": "def is_odd(n):\n    return 1"}
+    for key, answer in wrong.items():
+        grade = domain.grade(tasks[key], answer)
+        assert grade.verdict.value == "FAIL" and grade.reward == 0.0, (key, grade)
+    assert "int(tri(3)) returned 4, expected 6" in domain.grade(tasks["2"], wrong["2"]).feedback
+    grade = domain.grade(tasks["3"], "def height(n):\n    return 3")  # no Node: the setup code cannot run
+    assert grade.verdict.value == "ERROR" and "the test setup code raised NameError" in grade.feedback, grade
+    with pytest.raises(ValueError, match=r"line 6: .*cannot decompose test 'assert twice\(x\) == 2 \* x'"):
+        datasets.load_tasks(tmp_path / "mbpp.jsonl", "code", fields=MBPP_FIELDS, strict=True)
+
+
+def test_setup_code_only_with_assert_tests(tmp_path):
+    rows = [{"prompt": "p", "tests": [{"input": "1", "output": "1"}], "test_setup_code": "x = 1"},
+            {"prompt": "q", "tests": CHECK, "entry": "sq1", "test_setup_code": "x = 1"}]
+    with pytest.raises(ValueError, match="line 1: .*stdin/stdout tests has no place for them"):
+        datasets.load_tasks(_jsonl(tmp_path / "s.jsonl", rows), "code", fields=FIELDS, strict=True)
+    stats = datasets.validate_file(tmp_path / "s.jsonl", "code", fields=FIELDS)
+    assert [r.where for r in stats.refused] == ["line 1", "line 2"]
+    assert "a check(candidate) test has no place for them" in stats.refused[1].reason
+    assert code.test_setup("import math\nimport re", "a = 1\r\nb = 2") == "import math\nimport re\na = 1\nb = 2"
+    assert code.test_setup(None, "") == ""

@@ -1,6 +1,7 @@
 """Whole-program tasks (environments.programs) and the HumanEval domain."""
 
 import concurrent.futures
+import re
 import time
 
 import gymnasium
@@ -19,13 +20,31 @@ MBPP = {
               "def pairs(xs):\n    return list(zip(xs, xs[1:]))", "def pairs(xs):\n    return [list(p) for p in zip(xs, xs[1:])]"),
     "counts": (["assert counts('abca') == {'a': 2, 'b': 1, 'c': 1}", "assert counts('') == {}"],
                "def counts(s):\n    d = {}\n    for c in s:\n        d[c] = d.get(c, 0) + 1\n    return d",
-               "from collections import Counter\ndef counts(s):\n    return Counter(s)"),
+               "from collections import Counter\ndef counts(s):\n    return Counter(s.upper())"),
     "even": (["assert is_even(4)", "assert not is_even(3)", "assert is_even(0) is True"],
              "def is_even(n):\n    return n % 2 == 0", "def is_even(n):\n    return n % 2"),
     "area": (["assert math.isclose(area(1.0), 3.141592653589793, rel_tol=1e-6)", "assert abs(area(2) - 12.566) < 1e-2",
               "assert sorted(area_list([2, 1])) == [3.141592653589793, 12.566370614359172]"],
              "import math\ndef area(r):\n    return math.pi * r * r\ndef area_list(rs):\n    return {area(r) for r in rs}",
              "def area(r):\n    return 3 * r * r\ndef area_list(rs):\n    return [area(r) for r in rs]"),
+    # A builtin around the call runs in the sandbox on what the program returned (a float, a
+    # generator, a dict view), and the host compares its plain result.
+    "wrapped": (["assert int(lobb(5, 3)) == 35", "assert sorted(uniq([3, 1, 3])) == [1, 3]", "assert len(uniq('aab')) == 2",
+                 "assert set(uniq('aab')) == {'a', 'b'}", "assert round(mean([1, 2, 2]), 2) == 1.67",
+                 "assert list(keys({'a': 1})) == ['a']", "assert str(lobb(1, 1)) == '2.0'", "assert abs(lobb(-1, 0)) == 1"],
+                "def lobb(n, m):\n    return float(n * 7) if (n, m) == (5, 3) else float(n + m)\n"
+                "def uniq(xs):\n    return dict.fromkeys(xs).keys()\n"
+                "def mean(xs):\n    return sum(xs) / len(xs)\ndef keys(d):\n    return d.keys()",
+                "def lobb(n, m):\n    return 34.0\ndef uniq(xs):\n    return xs\n"
+                "def mean(xs):\n    return 1.6\ndef keys(d):\n    return d"),
+    # Python's == on the decoded values: a Counter / defaultdict / OrderedDict is the dict it equals.
+    "dicts": (["assert freq('abca') == {'a': 2, 'b': 1, 'c': 1}", "assert groups([1, 2, 3]) == {0: [2], 1: [1, 3]}",
+               "assert ordered('ba') == {'a': 1, 'b': 0}"],
+              "from collections import Counter, OrderedDict, defaultdict\ndef freq(s):\n    return Counter(s)\n"
+              "def groups(xs):\n    d = defaultdict(list)\n    for x in xs:\n        d[x % 2].append(x)\n    return d\n"
+              "def ordered(s):\n    return OrderedDict((c, i) for i, c in enumerate(s))",
+              "from collections import Counter, defaultdict\ndef freq(s):\n    return Counter(s * 2)\n"
+              "def groups(xs):\n    return defaultdict(list)\ndef ordered(s):\n    return {}"),
 }
 
 # stdin -> stdout fixtures: (pairs, right, wrong)
@@ -63,13 +82,66 @@ def test_feedback_names_input_expected_and_actual():
     assert grade.verdict.value == "ERROR" and "'add'" in grade.feedback
 
 
-def test_type_exact_comparison():
+def test_python_equality_on_plain_data():
+    """The decoded plain values compare with Python's own == (what the tests' authors
+    ran), floats within a tolerance; there is no candidate object left to lie."""
     tests = assert_tests(["assert f(1) == 1", "assert f(2) == 2"])
-    assert grade_program("def f(x):\n    return float(x)", tests).success  # 1.0 == 1, as in Python
-    assert not grade_program("def f(x):\n    return True if x == 1 else 2", tests).success  # True is not 1
+    assert grade_program("def f(x):\n    return float(x)", tests).success  # 1.0 == 1
+    assert grade_program("def f(x):\n    return True if x == 1 else 2", tests).success  # True == 1
+    falsy = assert_tests(["assert f(0) == False", "assert f(1) == True"])
+    assert grade_program("def f(x):\n    return x", falsy).success  # MBPP task 414's 0 for False
+    assert grade_program("def f(x):\n    return 0.1 + 0.2 if x == 0 else 1", assert_tests(["assert f(0) == 0.3"])).success
     tuples = assert_tests(["assert f() == (1, 2)"])
-    assert not grade_program("def f():\n    return [1, 2]", tuples).success
+    assert not grade_program("def f():\n    return [1, 2]", tuples).success  # [1, 2] != (1, 2)
     assert grade_program("def f():\n    return (1, 2)", tuples).success
+    deque = grade_program("import collections\ndef f():\n    return collections.deque([1, 2])", assert_tests(["assert f() == [1, 2]"]))
+    assert deque.verdict.value == "FAIL" and "not plain data" in deque.feedback  # Python: deque([1, 2]) != [1, 2]
+    # `is` stays identity: 0 is not False.
+    assert not grade_program("def f(x):\n    return 0", assert_tests(["assert f(1) is False"])).success
+    assert grade_program("def f(x):\n    return x > 1", assert_tests(["assert f(1) is False"])).success
+
+
+def test_truthy_asserts_apply_bool_in_the_sandbox():
+    tests = assert_tests(["assert has(3)", "assert not has(0)"])
+    assert grade_program("class Box:\n    def __init__(self, n): self.n = n\n    def __bool__(self): return self.n > 0\n"
+                         "def has(n):\n    return Box(n)", tests).success
+    grade = grade_program("def has(n):\n    return [n]", tests)
+    assert grade.verdict.value == "FAIL" and grade.feedback == "test `assert not has(0)` failed: has(0) returned a true value"
+
+
+def test_setup_code_and_expression_arguments():
+    """MBPP's test_setup_code (tasks 367, 927) runs after the program, in its namespace;
+    arguments may name what it binds, builtins (task 533) or the program's classes (601)."""
+    setup = "import math\nroot = Node(1)\nroot.left = Node(2)\nroot.left.left = Node(3)\nsmall = Node(7)"
+    tests = assert_tests(["assert height(root) == 3", "assert (height(small)) == 1", "assert height(None) == 0",
+                          "assert keep((1, 2.5, 'a'), int) == [1]", "assert chain([Pair(1, 2), Pair(3, 4)]) == 2",
+                          "assert floor_of(math.pi) == 3"], setup=setup)
+    program = ("class Node:\n    def __init__(self, v):\n        self.v, self.left, self.right = v, None, None\n"
+               "def height(n):\n    return 0 if n is None else 1 + max(height(n.left), height(n.right))\n"
+               "def keep(xs, t):\n    return [x for x in xs if type(x) is t]\n"
+               "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+               "def chain(ps):\n    return len(ps)\ndef floor_of(x):\n    return int(x)")
+    assert tests.setup == setup and tests.checks[0].args == ("root",)
+    assert grade_program(program, tests).success
+    grade = grade_program(program.replace("1 + max", "2 + max"), tests)
+    assert grade.feedback == "test `assert height(root) == 3` failed: height(root) returned 6, expected 3", grade
+    # The program did not define the class the setup code builds: its fault, an ERROR that says so.
+    grade = grade_program("def height(n):\n    return 3\ndef keep(xs, t): pass\ndef chain(ps): pass\ndef floor_of(x): pass", tests)
+    assert grade.verdict.value == "ERROR" and "the test setup code raised NameError: name 'Node'" in grade.feedback, grade
+    grade = grade_program(program.replace("class Pair", "class Pear"), tests)
+    assert grade.verdict.value == "ERROR" and "chain([Pair(1, 2), Pair(3, 4)]) raised NameError" in grade.feedback, grade
+
+
+def test_expected_values_stay_on_the_host():
+    """sys.getsizeof of a literal (MBPP task 596) is computed here; nothing of the expected
+    side is sent to the sandbox, only the calls."""
+    tests = assert_tests(['assert size(("A", 1)) == sys.getsizeof(("A", 1))'])
+    assert tests.checks[0].expected == __import__("sys").getsizeof(("A", 1))
+    assert grade_program("import sys\ndef size(t):\n    return sys.getsizeof(t)", tests).success
+    spy = ("import gc, sys\ndef size(t):\n    needle = ''.join(['== sys.', 'getsizeof('])\n"
+           "    found = [o for o in gc.get_objects() if type(o) in (list, tuple, dict) and needle in repr(o)]\n"
+           "    return len([o for o in found if not (type(o) is dict and o.get('needle') == needle)])")
+    assert grade_program(spy, tests).feedback.endswith(f"returned 0, expected {tests.checks[0].expected}")
 
 
 @pytest.mark.parametrize(
@@ -81,13 +153,34 @@ def test_type_exact_comparison():
         "assert f(1) > 2",
         "for i in range(3): assert f(i) == i",
         "assert f(1) == 1; assert f(2) == 2",
-        "assert len(f(1)) == 2",
+        "assert f(1) == root",  # computed (by the setup) expectation
+        "assert f(lambda: 1) == 1",
+        "assert f([x for x in 'ab']) == 1",
+        "assert int(f(1)) == int(f(2))",
+        "assert f(1) != 2",
+        "assert sorted(f(1), key=len) == []",
     ],
 )
 def test_undecomposable_assert_refused_at_load(bad):
     with pytest.raises(ValueError) as err:
         assert_tests(["assert f(0) == 0", bad])
     assert repr(bad.strip()) in str(err.value) or "exactly one assert" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ("assert f(x) == 1", "argument 'x' uses the name 'x', which is neither a literal, a builtin, nor bound by the row's test setup"),
+        ("assert f(1) == root", "expected value 'root' is not a literal"),
+        ("assert f(lambda: 1) == 1", "argument 'lambda: 1' uses Lambda"),
+        ("assert int(f(1)) == int(f(2))", "both sides call the function tested"),
+        ("assert math.isclose(f(1), g(2))", "math.isclose needs one call of the function tested and one literal"),
+        ("assert isinstance(f(1), int)", "builtin isinstance() is applied to 'f(1)'; only int, float"),
+    ],
+)
+def test_refusals_say_why(bad, why):
+    with pytest.raises(ValueError, match=re.escape(f"cannot decompose test {bad!r}: {why}")):
+        assert_tests([bad], setup="root = 1")
 
 
 # Candidates that try to pass without computing the answer (expected: f(3) == 10).
@@ -123,7 +216,37 @@ CHEATS = {
         "    os.write(3, struct.pack('>I', len(body)) + body)\n"
         "    os._exit(0)"
     ),
+    "str_subclass": "class S(str):\n    def __eq__(self, o): return True\n    __hash__ = str.__hash__\ndef f(x):\n    return S('x')",
+    # Objects that pass for the dicts the harness decodes as plain dicts.
+    "fake_counter": "class Counter(dict):\n    def __eq__(self, o): return True\n    __hash__ = None\ndef f(x):\n    return Counter()",
+    "patched_counter": ("import collections\nclass C(collections.Counter):\n    def __eq__(self, o): return True\n"
+                        "collections.Counter = C\ndef f(x):\n    return collections.Counter(a=1)"),
+    "counter_lying_items": ("import collections\ncollections.Counter.items = lambda self: [(10, 10)]\n"
+                            "collections.Counter.keys = lambda self: [10]\ndef f(x):\n    return collections.Counter()"),
+    # The builtins a test wraps the call in, replaced by ones returning a rigged object.
+    "patch_wrappers": ("import builtins\nclass E:\n    def __eq__(self, o): return True\n    def __bool__(self): return True\n"
+                       "for name in ('int', 'sorted', 'bool', 'len', 'set', 'round', 'str'):\n"
+                       "    setattr(builtins, name, lambda *a, **k: E())\ndef f(x):\n    return E()"),
+    "huge_output": "def f(x):\n    return 'x' * (1 << 25)",
+    "deep_output": "def f(x):\n    v = []\n    for _ in range(10000):\n        v = [v]\n    return v",
+    "print_fake_results": ("import json\ndef f(x):\n    print(json.dumps({'phase': 'done', 'results': [{'ok': 10}, {'ok': 13}]}))\n"
+                           "    print('all 2 tests passed')"),
+    # Looks for the tests (their text or expected values) anywhere in its process.
+    "read_tests": (
+        "import gc, sys\n"
+        "def f(x):\n"
+        "    for o in gc.get_objects():\n"
+        "        if type(o) is dict and 'expected' in o: return o['expected']\n"
+        "        if type(o) in (list, tuple) and any(type(i) is str and '==' in i for i in o): return o\n"
+        "    return sys.argv"
+    ),
 }
+
+
+# Asserts in every shape the harness runs: wrapped calls, dicts (Counter-like results
+# decode as dicts), truthiness (bool() in the sandbox), setup code, `is`.
+WRAPPED = ["assert int(f(3)) == 10", "assert sorted(f(4)) == [1, 3]", "assert f(5) == {'a': 1}", "assert len(f(6)) == 2",
+           "assert f(7)", "assert not f(8)", "assert f(box) == 2", "assert f(9) is None", "assert round(f(1), 1) == 0.5"]
 
 
 @pytest.mark.parametrize("name", sorted(CHEATS))
@@ -131,6 +254,15 @@ def test_cheats_earn_nothing_on_decomposed_asserts(name):
     tests = assert_tests(["assert f(3) == 10", "assert f(4) == 13"])
     grade = grade_program(CHEATS[name], tests)
     assert grade.reward == 0.0 and not grade.success and not grade.infra_error, grade
+    tests = assert_tests(WRAPPED, setup="box = [1, 2]")
+    grade = grade_program(CHEATS[name], tests)
+    assert grade.reward == 0.0 and not grade.success and not grade.infra_error, grade
+
+
+def test_wrapped_asserts_pass_an_honest_program():
+    honest = ("import collections\ndef f(x):\n    return {3: 10.0, 4: (3, 1), 5: collections.Counter('a'), 6: 'ab', 7: [0],"
+              " 8: '', 9: None, 1: 0.54}.get(x) if type(x) is int else len(x)")
+    assert grade_program(honest, assert_tests(WRAPPED, setup="box = [1, 2]")).success
 
 
 def test_cheats_earn_nothing_on_check_fallback():
