@@ -235,7 +235,7 @@ def answer_candidates(text: str) -> list[str]:
 # time is bounded instead by refusing, before comparison, any value whose size
 # could make sympy slow (see `_bounded`).
 
-MAX_EXPR_CHARS = 1000
+MAX_STATEMENT_CHARS = 300
 MAX_LITERAL_DIGITS = 40
 MAX_NODES = 400
 MAX_EXPONENT = 64
@@ -257,7 +257,7 @@ _FORMULA_WORDS = {
 _SHORT_WORDS = {"is", "of", "to", "in", "it", "so", "we", "be", "as", "at", "by", "if", "on", "an", "no", "not", "the"}
 _PERCENT_WORDS = {"percent", "percentage", "pct"}
 # "18 eggs", "3 hours.": a value followed by plain unit words.
-_UNIT_WORDS_RE = re.compile(r"^(.*?[\d}).])\s*((?:[A-Za-z]{2,}\.?\s*)+)$", re.DOTALL)
+_UNIT_WORDS_RE = re.compile(r"^(.*?[\d}).])\s+((?:[A-Za-z]{2,}\.?\s*)+)$", re.DOTALL)
 
 
 def _words(text: str) -> list[str]:
@@ -270,15 +270,38 @@ def _is_prose(text: str) -> bool:
                for w in _words(text))
 
 
+def _split_top(text: str) -> list[str]:
+    """`text` split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += c in "([{" and 1 or -(c in ")]}")
+        if c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
 def _strip_unit_words(text: str) -> str:
-    """"18 eggs" -> "18"; percent words and function names are kept (they are values)."""
+    """"18 eggs" -> "18", "{35 cm, 4}" -> "{35, 4}": plain unit words after a
+    value dropped (in each comma-separated item); percent words and function
+    names are kept (they are values)."""
+    if "," in text:
+        inner = text[1:-1] if text[:1] in "({[" and text[-1:] in ")}]" else None
+        items = _split_top(text if inner is None else inner)
+        if len(items) > 1:
+            joined = ",".join(_strip_one_unit(item) for item in items)
+            return joined if inner is None else text[0] + joined + text[-1]
+    return _strip_one_unit(text)
+
+
+def _strip_one_unit(text: str) -> str:
     match = _UNIT_WORDS_RE.match(text)
     if match is None:
         return text
     words = [w.lower() for w in re.findall(r"[A-Za-z]+", match.group(2))]
     if any(w in _PERCENT_WORDS or w in _FORMULA_WORDS for w in words):
         return text
-    return match.group(1).strip()
+    return text[:len(text) - len(text.lstrip())] + match.group(1).strip()
 
 
 def _prepare(text: str) -> str:
@@ -294,7 +317,8 @@ def _prepare(text: str) -> str:
             continue
         out.append(text[i:box.end()] + _strip_unit_words(content.strip()) + "}")
         i = box.end() + len(content) + 1
-    return "".join(out) + text[i:]
+    text = "".join(out) + text[i:]
+    return re.sub(r"(?<![\\\d$])\$([^$\n]+?)(?<!\\)\$", lambda m: f"${_strip_unit_words(m.group(1).strip())}$", text)
 
 
 @functools.lru_cache(maxsize=1)
@@ -318,16 +342,27 @@ def _targets() -> dict[str, list[Any]]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Formula:
+    """A formula Math-Verify finds but cannot give a finite value
+    ("x = \\frac12, x = \\frac{-1 \\pm \\sqrt{13}}{4}", a time "12:00"): its
+    normalised LaTeX. As a reference it matches only the same formula."""
+
+    latex: str
+
+
 def _extract(text: str, targets: str) -> Any | None:
-    """The value Math-Verify extracts from `text` with `targets` (see `_targets`), or None."""
+    """The finite value Math-Verify extracts from `text` with `targets` (see
+    `_targets`), else the `Formula` it found, else None."""
     import sympy
     from math_verify.parser import extract_target_from_pred
 
-    for value in extract_target_from_pred(text, _targets()[targets], fallback_mode="no_fallback",
-                                          extraction_mode="any_match"):
-        if isinstance(value, (sympy.Basic, sympy.MatrixBase)):
+    found = extract_target_from_pred(text, _targets()[targets], fallback_mode="first_match", extraction_mode="any_match")
+    for value in found:
+        if isinstance(value, (sympy.Basic, sympy.MatrixBase)) and not (value == sympy.nan or value == sympy.zoo):
             return value
-    return None
+    strings = [s.strip() for s in found if isinstance(s, str) and s.strip()]
+    return Formula(strings[-1]) if strings else None
 
 
 def _has_formula(text: str) -> bool:
@@ -366,8 +401,8 @@ def _math_value(found: FinalAnswer) -> tuple[Any | None, str]:
     """(value, why not): the Math-Verify value at `found`, or None and the reason
     for the MALFORMED feedback."""
     text = _prepare(found.text)
-    if len(text) > MAX_EXPR_CHARS and found.source == "statement":
-        return None, f"the final answer statement is longer than {MAX_EXPR_CHARS} characters"
+    if found.source == "statement" and not _BOXED_RE.search(text):
+        text = text[:MAX_STATEMENT_CHARS]  # Math-Verify's anchored patterns look 100 characters on
     if _LONG_LITERAL_RE.search(text.replace(",", "")):
         return None, f"the answer has a number longer than {MAX_LITERAL_DIGITS} digits"
     if _depth(text) > MAX_DEPTH:
@@ -389,7 +424,7 @@ def _math_value(found: FinalAnswer) -> tuple[Any | None, str]:
     else:
         value = _extract(text, "default") if _has_formula(text) else _plain_value(text, anchored=False)
         why = "no final answer found; end with 'The answer is <value>' or \\boxed{<value>}"
-    if value is not None and not _bounded(value):
+    if value is not None and not isinstance(value, Formula) and not _bounded(value):
         return None, "the answer is too large to evaluate (too many terms, digits or nested powers)"
     return value, why
 
@@ -448,11 +483,9 @@ def _bounded(value: Any, budget: float = MAX_EXPONENT**2) -> bool:
 
 @functools.lru_cache(maxsize=8192)
 def _reference_value(reference: str) -> tuple[Any | None, str]:
-    import sympy
-
     value, why = _math_value(final_answer(reference))
-    if value is not None and (value == sympy.nan or value == sympy.zoo):
-        return None, f"it reads as {value}, no finite value"
+    if isinstance(value, Formula) and _is_prose(value.latex):
+        return None, f"{value.latex[:60]!r} is prose, not a formula"
     return value, why
 
 
@@ -461,7 +494,13 @@ def math_equal(answer: str, reference: str) -> bool:
     the module docstring); False if it differs or is no value."""
     want, _ = _reference_value(reference)
     got, _ = _math_value(final_answer(answer))
-    return want is not None and got is not None and _verify(want, got)
+    return want is not None and got is not None and _equal(want, got)
+
+
+def _equal(want: Any, got: Any) -> bool:
+    if isinstance(want, Formula) or isinstance(got, Formula):
+        return isinstance(want, Formula) and isinstance(got, Formula) and want.latex == got.latex
+    return _verify(want, got)
 
 
 def _verify(want: Any, got: Any) -> bool:
@@ -483,7 +522,9 @@ def _grade_math(answer: str, reference: str, options: Mapping[str, Any]) -> Grad
     got, why = _math_value(final_answer(answer))
     if got is None:
         return malformed(why)
-    return passed() if _verify(want, got) else failed("wrong answer")
+    if isinstance(got, Formula) and not isinstance(want, Formula):
+        return malformed(f"{got.latex[:60]!r} is not a value the verifier can read (a number or a LaTeX expression)")
+    return passed() if _equal(want, got) else failed("wrong answer")
 
 
 def _check_math_reference(reference: str, options: Mapping[str, Any]) -> str | None:
