@@ -186,17 +186,23 @@ def _statement(text: str) -> tuple[str, str] | None:
 
 
 def final_answer(text: str) -> FinalAnswer:
-    """Where the final answer of `text` is, in this order: (1) the last final
-    answer statement ("Final Answer: The final answer is ...", "The answer
-    is ...", "Answer: ...", "#### ..."), whatever boxes come before it;
+    """Where the final answer of `text` is, in this order: (1) a last line
+    that is a number alone, else the last final answer statement ("Final
+    Answer: The final answer is ...", "The answer is ...", "Answer: ...",
+    "#### ..."), whatever boxes come before it;
     (2) else the last \\boxed{} / \\fbox{}; (3) else the whole text (its
     value if it is one, else its last LaTeX formula or number that is not
     inside a word)."""
+    lines = text.strip().splitlines()
+    last = _clean(lines[-1]) if lines else ""
+    if len(lines) > 1 and re.search(r"\d", last) and _BARE_NUMBER_RE.fullmatch(last):
+        return FinalAnswer("statement", last, "Answer:")  # a last line that is a number alone
     statement = _statement(text)
     if statement is not None:
         return FinalAnswer("statement", statement[1], statement[0])
-    if _BOXED_RE.search(text):
-        return FinalAnswer("boxed", text)
+    boxes = list(_BOXED_RE.finditer(text))
+    if boxes:  # the line of the last box (boxes listed on it are one answer: "\\boxed{1} and \\boxed{2}")
+        return FinalAnswer("boxed", text[text.rfind("\n", 0, boxes[-1].start()) + 1:])
     return FinalAnswer("text", text)
 
 
