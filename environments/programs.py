@@ -7,15 +7,22 @@
 Three forms of tests, and what each guarantees:
 
 * `assert_tests` (MBPP style: `assert f(1, 2) == 3`, `assert y == f(x)`,
-  `assert f(x)`, `assert not f(x)`, `assert math.isclose(f(x), y)`,
-  `assert abs(f(x) - y) < tol`). Each assert is decomposed on the host, at
-  load time: the call (a plain function name with literal arguments) runs in
-  the sandbox, the expected value (a literal) never leaves the host, and the
-  returned value comes back as plain tagged data (exact builtin types only)
-  that the host compares type-exactly. A rigged `__eq__`, patched asserts or
-  builtins, `sys.exit(0)`, printing "PASS" or reading the caller's frames
-  earn nothing: the candidate must produce the expected value itself. An
-  assert that does not decompose is refused with ValueError naming it.
+  `assert f(x)`, `assert not f(x)`, `assert f(x) is None`,
+  `assert math.isclose(f(x), y)`, `assert abs(f(x) - y) < tol`, with the call
+  optionally inside builtins of APPLIED: `int(f(x)) == 35`,
+  `sorted(f(x)) == [...]`, `round(f(x), 2) == 0.33`). Each assert is
+  decomposed on the host, at load time: the call, with the builtins around it,
+  runs in the sandbox (its arguments literals, or expressions over the names
+  the task's trusted setup code binds, which runs after the program, as
+  MBPP's test_setup_code did); the expected value (a literal) never leaves
+  the host; the result comes back as plain tagged data (exact builtin types;
+  a Counter, defaultdict or OrderedDict as the dict it is) that the host
+  compares with Python's own == (floats within a tolerance). No candidate
+  object exists on the host, so there is nothing whose __eq__ could lie: a
+  rigged `__eq__`, patched asserts or builtins (the harness keeps its own),
+  `sys.exit(0)`, printing "PASS" or reading the caller's frames earn nothing:
+  the candidate must produce the expected value itself. An assert that does
+  not decompose is refused with ValueError naming it and why.
 * `humaneval_tests` (`def check(candidate): assert candidate(...) == ...`):
   decomposed the same way when every statement of check() is such an assert
   (156 of HumanEval's 164 problems), with the same guarantee. Otherwise
