@@ -40,7 +40,7 @@ def _process_failure(result: JobResult, timeout_s: float) -> Grade | None:
     if result.status is Status.SANDBOX_ERROR:
         return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure: {result.detail}")
     if result.status is Status.TIMEOUT:
-        return Grade(Verdict.TIMEOUT, 0.0, f"time limit of {timeout_s:g}s exceeded")
+        return Grade(Verdict.TIMEOUT, 0.0, result.detail or f"time limit of {timeout_s:g}s exceeded")  # detail names the limit hit, CPU or wall-clock
     if result.status is Status.MEMORY:
         return Grade(Verdict.OOM, 0.0, result.detail or "memory limit exceeded")
     if result.status is Status.NO_RESULT:

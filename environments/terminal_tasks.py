@@ -411,7 +411,8 @@ class TerminalTaskDomain(Domain):
         return self.sample(rng)
 
     def _run(self, ws: Workspace, script: str, timeout_s: float) -> sandbox.JobResult:
-        return sandbox.run(sandbox.ShellJob(script=script, files=ws.files, timeout_s=timeout_s, limits=LIMITS, output_limit=4096))
+        # Terminal-Bench's command and test timeouts are wall-clock limits.
+        return sandbox.run(sandbox.ShellJob(script=script, files=ws.files, timeout_s=timeout_s, wall_s=timeout_s, limits=LIMITS, output_limit=4096))
 
     def _command(self, ws: Workspace, command: str) -> sandbox.JobResult:
         script = ws.restore_script() + "bash -c " + shlex.quote(command) + " rlpt-turn\n"

@@ -165,7 +165,7 @@ class ShellTaskDomain(Domain):
         if "\x00" in answer:
             # No exec argument can hold a NUL byte: the model's output is unrunnable, not the sandbox broken.
             return malformed(f"a shell command cannot contain a NUL byte (at offset {answer.index(chr(0))})")
-        result = sandbox.run(sandbox.ShellJob(script=answer, files=files, timeout_s=TIMEOUT_S))
+        result = sandbox.run(sandbox.ShellJob(script=answer, files=files, timeout_s=TIMEOUT_S, wall_s=TIMEOUT_S))  # a wall-clock limit, as for terminal tasks
         if result.status is sandbox.Status.SANDBOX_ERROR:
             return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure: {result.detail}")
         if result.status is sandbox.Status.TIMEOUT:

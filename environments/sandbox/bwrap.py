@@ -51,6 +51,7 @@ from environments.sandbox.pool import WORKER_SCRIPT, _system_python
 _CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL")
 _SANDBOX_WORKER_DIR = "/opt/rlpt-sandbox"
 _SANDBOX_CGROUP_DIR = "/run/rlpt-cgroup"
+_SANDBOX_CPU_CGROUP_DIR = "/run/rlpt-cgroup-cpu"
 
 
 _SANDBOX_PYTHON_PREFIX = "/opt/rlpt-python"
@@ -124,6 +125,13 @@ class BwrapLauncher:
             # The worker's cgroup, read-only: the worker watches its OOM counter.
             isolation += ["--ro-bind", memory["dir"], _SANDBOX_CGROUP_DIR]
             config["memory"] = dict(memory, dir=_SANDBOX_CGROUP_DIR)
+        cpu = dict(config.get("cpu") or {})
+        if cpu.get("mode") == "cgroup":
+            # Its CPU counter, read-only (the memory cgroup's own directory on v2).
+            inside = _SANDBOX_CGROUP_DIR if memory.get("mode") == "cgroup" and cpu["dir"] == memory["dir"] else _SANDBOX_CPU_CGROUP_DIR
+            if inside != _SANDBOX_CGROUP_DIR:
+                isolation += ["--ro-bind", cpu["dir"], inside]
+            config["cpu"] = dict(cpu, dir=inside, file=os.path.join(inside, os.path.basename(cpu["file"])))
         return [
             self._bwrap,
             *isolation,

@@ -40,6 +40,7 @@ class Layout:
     version: int  # 1 or 2
     memory_parent: str  # directory the worker cgroups are created in
     pids_parent: str | None  # same as memory_parent for v2; None without a pids controller
+    cpu_parent: str | None = None  # same as memory_parent for v2; v1: the cpuacct hierarchy's, None without one
 
     @property
     def mechanism(self) -> str:
@@ -103,7 +104,7 @@ def _find_layout() -> tuple[Layout | None, str]:
     if not parent:
         memory = _v1_parent("memory", mounts, own)
         if memory is not None:
-            return Layout(1, memory, _v1_parent("pids", mounts, own)), "ok"
+            return Layout(1, memory, _v1_parent("pids", mounts, own), _v1_parent("cpuacct", mounts, own)), "ok"
         v2 = [(m, r) for m, r, fstype, _ in mounts if fstype == "cgroup2"]
         if not v2 or "" not in own:
             return None, "no writable cgroup v1 memory hierarchy and no cgroup v2 mount"
@@ -120,7 +121,7 @@ def _find_layout() -> tuple[Layout | None, str]:
                 if name == "memory":  # EBUSY: processes live in `parent` itself
                     return None, f"cannot enable the memory controller below {parent}: {e}"
     pids = "pids" in set(_read(os.path.join(parent, "cgroup.subtree_control")).split())
-    return Layout(2, parent, parent if pids else None), "ok"
+    return Layout(2, parent, parent if pids else None, parent), "ok"
 
 
 @functools.lru_cache(maxsize=1)
@@ -140,6 +141,8 @@ def probe() -> tuple[Layout | None, str]:
         try:
             test.set_limits(64 << 20, 8)
             test.oom_kills()
+            if test.cpu_file is not None:
+                test.cpu_seconds()
         finally:
             test.remove()
     except (OSError, ValueError) as e:
@@ -148,7 +151,7 @@ def probe() -> tuple[Layout | None, str]:
 
 
 def _sweep_stale(layout: Layout) -> None:
-    for parent in {layout.memory_parent, layout.pids_parent} - {None}:
+    for parent in {layout.memory_parent, layout.pids_parent, layout.cpu_parent} - {None}:
         for name in os.listdir(parent):
             m = _STALE.match(name)
             if m is None or _alive(int(m.group(1))):
@@ -215,6 +218,8 @@ class WorkerCgroup:
         self.memory_dir = os.path.join(layout.memory_parent, name)
         os.mkdir(self.memory_dir, 0o755)
         self.pids_dir: str | None = None
+        self.cpu_dir: str | None = None
+        self.cpu_file: str | None = None
         try:
             self._setup(layout, name)
         except BaseException:
@@ -229,6 +234,15 @@ class WorkerCgroup:
                     os.mkdir(self.pids_dir, 0o755)
                 except OSError:
                     self.pids_dir = None
+        if layout.cpu_parent is not None:
+            self.cpu_dir = os.path.join(layout.cpu_parent, name)
+            if self.cpu_dir not in (self.memory_dir, self.pids_dir):
+                try:
+                    os.mkdir(self.cpu_dir, 0o755)
+                except OSError:
+                    self.cpu_dir = None
+        if self.cpu_dir is not None:
+            self.cpu_file = os.path.join(self.cpu_dir, "cpu.stat" if layout.version == 2 else "cpuacct.usage")
         self.events_file = "memory.oom_control" if layout.version == 1 else "memory.events"
         self.base_tasks = 0
         self._memory: int | None = None
@@ -237,11 +251,25 @@ class WorkerCgroup:
             _write(os.path.join(self.memory_dir, "memory.swap.max"), "0")
 
     def _dirs(self) -> list[str]:
-        return [d for d in (self.memory_dir, self.pids_dir) if d is not None]
+        return [d for d in (self.memory_dir, self.pids_dir, self.cpu_dir) if d is not None]
 
     def worker_view(self) -> dict:
-        """What the worker needs to watch its cgroup (see cleanup._MemoryMeter)."""
+        """What the worker needs to watch its cgroup's memory (see cleanup._MemoryMeter)."""
         return {"mode": "cgroup", "dir": self.memory_dir, "events": self.events_file, "mechanism": self.layout.mechanism}
+
+    def cpu_view(self) -> dict:
+        """What the worker needs to read its cgroup's CPU time (see cleanup._CpuMeter)."""
+        if self.cpu_file is None:
+            return {"mode": "poll"}
+        return {"mode": "cgroup", "dir": self.cpu_dir, "file": self.cpu_file}
+
+    def cpu_seconds(self) -> float:
+        """CPU time of every task that has been in this cgroup."""
+        with open(self.cpu_file, "rb") as f:
+            data = f.read()
+        if self.layout.version == 1:
+            return int(data) / 1e9
+        return int(data.split(b"\n", 1)[0].split()[1]) / 1e6
 
     def attach(self, pid: int) -> None:
         """Moves `pid` and its descendants (bwrap's processes and the worker) in."""

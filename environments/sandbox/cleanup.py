@@ -1,14 +1,15 @@
 """What a sandbox job leaves behind, and what it uses: removal of its work
 directory however deep (`_force_rmtree`), its leftover processes (`_reap`,
 `kill_until_gone`), System V IPC objects and scratch files
-(`_clean_leftovers`), and the accounting of its memory as a whole
-(`_MemoryMeter`). Standard library only: the worker script (worker.py) imports
+(`_clean_leftovers`), and the accounting of its memory and its CPU time as a
+whole (`_MemoryMeter`, `_CpuMeter`). Standard library only: the worker script (worker.py) imports
 it inside the sandbox as a sibling file; the host imports it from the package.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import stat
 import struct
@@ -456,27 +457,119 @@ class _MemoryMeter:
         return total
 
     def _processes(self) -> list[int]:
-        if not self._forks:
-            return [self._pid]
-        mode, me, out = self._cfg.get("reap"), os.getpid(), []
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) in (1, me):
-                continue
-            try:
-                if mode == "uid" and self._uid is not None:
-                    if os.stat(f"/proc/{name}").st_uid != self._uid:
+        return _job_processes(self._cfg, self._pid, self._uid, self._forks)
+
+
+def _job_processes(cfg: dict, pid: int, job_uid: int | None, forks: bool) -> list[int]:
+    """Pids of the running job: its top process `pid` alone when it cannot
+    fork, else every process of the job uid ("uid" reaping), of the sandbox's
+    PID namespace but pid 1 and the worker ("namespace"), or of the job's
+    session (otherwise: a setsid escapee is missed there)."""
+    if not forks:
+        return [pid]
+    mode, me, out = cfg.get("reap"), os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        try:
+            if mode == "uid" and job_uid is not None:
+                if os.stat(f"/proc/{name}").st_uid != job_uid:
+                    continue
+            elif mode != "namespace":
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    if int(f.read().rsplit(b")", 1)[1].split()[3]) != pid:  # session id
                         continue
-                elif mode != "namespace":
-                    with open(f"/proc/{name}/stat", "rb") as f:
-                        if int(f.read().rsplit(b")", 1)[1].split()[3]) != self._pid:  # session id
-                            continue
-            except (OSError, ValueError, IndexError):
-                continue
-            out.append(int(name))
-        return out
+        except (OSError, ValueError, IndexError):
+            continue
+        out.append(int(name))
+    return out
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+# CPU checks: a cgroup counter or one process's /proc entry is cheap to read
+# every 20 ms; a scan of /proc for a forking job's processes every 50 ms.
+_CPU_POLL_S = {"cgroup": 0.02, "process": 0.02, "scan": 0.05}
+
+
+class _CpuMeter:
+    """CPU seconds (user + system) the running job has used, all its processes
+    and threads together, and whether that is over its limit (job["timeout_s"]).
+
+    cgroup mode (cfg["cpu"]["mode"] == "cgroup"): the worker's cgroup counts
+    the CPU time of every task in it, exited ones included (cgroup v1
+    cpuacct.usage, v2 cpu.stat usage_usec); the job's share is the rise since
+    just before its fork less the worker's own CPU time meanwhile (bubblewrap's
+    processes in the cgroup only wait). Exact.
+
+    Poll mode: the sum over the job's processes (_job_processes) of their own
+    and their waited-for children's CPU time in /proc/PID/stat, in 10 ms
+    ticks; after the job, at least what wait4 reports for its top process.
+    It misses the CPU time of processes whose parent ignores SIGCHLD (they
+    are never waited for) if they exit between two checks: RLIMIT_CPU still
+    bounds each one, and the wall-clock ceiling the job.
+    """
+
+    def __init__(self, job: dict, cfg: dict, job_uid: int | None) -> None:
+        self.limit = float(job["timeout_s"])
+        cpu = cfg.get("cpu") or {}
+        self._file = cpu.get("file") if cpu.get("mode") == "cgroup" else None
+        self._cfg, self._uid = cfg, job_uid
+        self._forks = job["limits"]["processes"] > 0
+        self._interval = _CPU_POLL_S["cgroup" if self._file else "scan" if self._forks else "process"]
+        self.pid: int | None = None  # the job's top process, once forked
+        self.used = 0.0
+        self._base = self._cgroup_s() - self._own_s() if self._file else 0.0
+        self.due = time.monotonic() + self._interval
+
+    def check(self) -> bool:
+        """True once the job is over its CPU limit (read at most every interval,
+        and sooner as it nears the limit)."""
+        now = time.monotonic()
+        if now < self.due:
+            return False
+        self.used = max(self.used, self._sample())
+        if self.used > self.limit and not self._file:
+            # A child waited for between reading it and reading its parent
+            # counts twice in one scan: only a second look decides.
+            self.used = self._sample()
+        left = self.limit - self.used
+        self.due = now + min(self._interval, max(left / (os.cpu_count() or 1), 0.002))
+        return left < 0
+
+    def final(self, waited_s: float) -> float:
+        """The job's CPU seconds once all its processes are gone; `waited_s`:
+        what wait4 reported for its top process."""
+        if self._file:
+            return max(self._cgroup_s() - self._own_s() - self._base, 0.0)
+        return max(self.used, waited_s)
+
+    def _sample(self) -> float:
+        if self._file:
+            return self._cgroup_s() - self._own_s() - self._base
+        if self.pid is None:
+            return 0.0
+        ticks = 0
+        for pid in _job_processes(self._cfg, self.pid, self._uid, self._forks):
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+            except (OSError, ValueError, IndexError):
+                pass
+        return ticks * _TICK_S
+
+    def _cgroup_s(self) -> float:
+        with open(self._file, "rb") as f:
+            data = f.read()
+        if not data.startswith(b"usage_usec"):
+            return int(data) / 1e9  # cgroup v1 cpuacct.usage: nanoseconds
+        return int(data.split(b"\n", 1)[0].split()[1]) / 1e6  # cgroup v2 cpu.stat
+
+    @staticmethod
+    def _own_s() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return own.ru_utime + own.ru_stime
 
 
 def _reap_cgroup(cfg: dict) -> None:

@@ -8,6 +8,13 @@ envs stepped from a ThreadPoolExecutor) can share one pool; at most `size`
 jobs run at once. Infrastructure failures never raise: they come back as
 `JobResult(status=Status.SANDBOX_ERROR)` so callers can mask them.
 
+Time: a job's `timeout_s` is a limit on its CPU time (user + system, all its
+processes and threads together), so other jobs sharing the cores cannot turn
+a correct answer into TIMEOUT; a wall-clock ceiling (`wall_s`, by default
+`wall_ceiling(timeout_s)`) ends jobs that sleep, block or hang. The worker
+enforces both (worker._supervise, cleanup._CpuMeter); `JobResult.limit_hit`
+and `detail` say which one a TIMEOUT hit.
+
 Isolation between jobs and pools: as root, each slot leases a job uid no
 other live worker on the host uses (uids.py), so one pool's fork-heavy job
 never exhausts another's RLIMIT_NPROC; each worker gets its own memory
@@ -44,6 +51,37 @@ log = logging.getLogger(__name__)
 # declared hung (covers fork, workspace setup and snapshotting).
 _HOST_GRACE_S = 5.0
 _START_TIMEOUT_S = 20.0
+# The default wall-clock ceiling of a job: WALL_FACTOR times its CPU limit,
+# and never less than the CPU limit plus WALL_SLACK_S (see wall_ceiling).
+WALL_FACTOR = 3.0
+WALL_SLACK_S = 30.0
+
+
+def wall_ceiling(cpu_limit_s: float) -> float:
+    """The default wall-clock ceiling, in seconds, of a job allowed
+    `cpu_limit_s` seconds of CPU: max(3 x the CPU limit, the limit + 30 s).
+
+    It only has to stop jobs that do not compute (sleeps, blocking reads,
+    deadlocks): a correct job is held to its CPU limit instead. A job that
+    needs all of its CPU limit still finishes under the ceiling with three
+    runnable jobs per core (3x), and for the short limits of code tests (1-5 s)
+    with 7-31 per core (+30 s), where start-up and a busy host's scheduling
+    delays weigh most; a hung job holds its worker at most that long, well
+    under the rollout scheduler's 120 s watchdog.
+    """
+    return max(WALL_FACTOR * cpu_limit_s, cpu_limit_s + WALL_SLACK_S)
+
+
+def _check_times(job: PythonJob | ShellJob) -> None:
+    if not (isinstance(job.timeout_s, (int, float)) and 0 < job.timeout_s < float("inf")):
+        raise ValueError(f"{type(job).__name__}.timeout_s must be a positive number of CPU seconds, got {job.timeout_s!r}")
+    if job.wall_s is not None and not (isinstance(job.wall_s, (int, float)) and 0 < job.wall_s < float("inf")):
+        raise ValueError(f"{type(job).__name__}.wall_s must be None or a positive number of seconds, got {job.wall_s!r}")
+
+
+def _time_wire(job: PythonJob | ShellJob) -> dict[str, float]:
+    _check_times(job)
+    return {"timeout_s": float(job.timeout_s), "wall_s": float(job.wall_s if job.wall_s is not None else wall_ceiling(job.timeout_s))}
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 
 
@@ -57,14 +95,12 @@ class Limits:
       allows one, else the worker polls the job's memory use; either way a
       job over it is killed with Status.MEMORY. See
       `SandboxPool.memory_enforcement`.
-    cpu_s: RLIMIT_CPU in CPU seconds; None means ceil(timeout_s) + 1.
     file_size_bytes: RLIMIT_FSIZE, the largest file the job may write.
     open_files: RLIMIT_NOFILE.
     processes: RLIMIT_NPROC for the job's uid; 0 forbids fork entirely.
     """
 
     address_space_bytes: int = 256 << 20
-    cpu_s: int | None = None
     file_size_bytes: int = 1 << 20
     open_files: int = 64
     processes: int = 0
@@ -80,12 +116,19 @@ class PythonJob:
 
     Arguments and return values cross the process boundary as JSON; returned
     values are type-exact (see worker._encode_value).
+
+    timeout_s: CPU seconds (user + system, every process and thread of the
+      job together) the job may use; past them it is killed as TIMEOUT.
+    wall_s: wall-clock seconds after which the job is killed as TIMEOUT
+      however little CPU it used (sleeps, blocking reads, hangs); None means
+      wall_ceiling(timeout_s).
     """
 
     source: str
     entry: str | None = None
     calls: tuple[tuple[Any, ...], ...] = ()
     timeout_s: float = 1.0
+    wall_s: float | None = None
     limits: Limits = Limits()
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     output_limit: int = 4096
@@ -96,7 +139,7 @@ class PythonJob:
             "source": self.source,
             "entry": self.entry,
             "calls": [list(c) for c in self.calls],
-            "timeout_s": self.timeout_s,
+            **_time_wire(self),
             "limits": self.limits.to_wire(),
             "files": self.files,
             "output_limit": self.output_limit,
@@ -106,11 +149,13 @@ class PythonJob:
 @dataclasses.dataclass(frozen=True)
 class ShellJob:
     """Run `script` with /bin/sh -c in a workspace pre-filled with `files`;
-    the final workspace comes back as `JobResult.files`."""
+    the final workspace comes back as `JobResult.files`. timeout_s and wall_s
+    are the CPU and wall-clock limits, as for PythonJob."""
 
     script: str
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     timeout_s: float = 2.0
+    wall_s: float | None = None
     limits: Limits = Limits(processes=64)
     output_limit: int = 4096
 
@@ -119,7 +164,7 @@ class ShellJob:
             "kind": "shell",
             "script": self.script,
             "files": self.files,
-            "timeout_s": self.timeout_s,
+            **_time_wire(self),
             "limits": self.limits.to_wire(),
             "collect_files": True,
             "output_limit": self.output_limit,
@@ -128,7 +173,7 @@ class ShellJob:
 
 class Status(enum.Enum):
     OK = "ok"  # the job ran to completion (its own result may still be an error)
-    TIMEOUT = "timeout"  # wall-clock or CPU limit hit; the job was killed
+    TIMEOUT = "timeout"  # CPU limit or wall-clock ceiling hit (JobResult.limit_hit); the job was killed
     NO_RESULT = "no_result"  # a Python job ended without a valid nonce-tagged result
     MEMORY = "memory"  # the job as a whole went over Limits.memory_bytes; it was killed
     SANDBOX_ERROR = "sandbox_error"  # the worker/launcher failed; not the job's fault
@@ -151,8 +196,11 @@ class JobResult:
     files_truncated: the listing is incomplete (too many entries, too deep,
       too long a path, an unreadable directory): a path absent from `files`
       may still exist.
-    wall_s / cpu_s: seconds of wall-clock time (worker side) and CPU time.
+    wall_s / cpu_s: seconds of wall-clock time (worker side) and CPU time
+      (user + system of all the job's processes).
     detail: why the status is not OK.
+    limit_hit: for a TIMEOUT, "cpu" (the job used its CPU limit, timeout_s)
+      or "wall" (it reached its wall-clock ceiling, wall_s); else None.
     """
 
     status: Status
@@ -166,6 +214,7 @@ class JobResult:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     detail: str = ""
+    limit_hit: str | None = None
 
 
 def text_sha256(text: str) -> str:
@@ -368,7 +417,7 @@ class SandboxPool:
       state (leaked memory, a poisoned interpreter) a job might leave behind.
     memory_cgroups: cap each job's memory with a per-worker cgroup (None:
       where `cgroup.probe()` finds this host allows it; False: never, the
-      worker polls the job's memory use instead).
+      worker polls the job's memory use, and sums its CPU time in /proc, instead).
 
     memory_enforcement: what enforces `Limits.memory_bytes` for this pool:
       "cgroup v1" / "cgroup v2" (the kernel caps the job; the OOM killer picks
@@ -377,6 +426,10 @@ class SandboxPool:
       every 20 ms and kills the job above the cap; a fast allocator can
       overshoot by what it allocates in that time, each process still bounded
       by RLIMIT_AS).
+    cpu_accounting: where the worker reads a job's CPU time for its limit:
+      "cgroup v1" / "cgroup v2" (the worker's cgroup counts every process of
+      the job, exited ones too) or "polling" (the worker sums the job's
+      processes in /proc every 20-50 ms; see cleanup._CpuMeter).
     """
 
     def __init__(
@@ -399,6 +452,7 @@ class SandboxPool:
             if self._cgroups is None:
                 log.info("sandbox: job memory caps are enforced by polling (%s)", reason)
         self.memory_enforcement = self._cgroups.mechanism if self._cgroups is not None else "polling"
+        self.cpu_accounting = self._cgroups.mechanism if self._cgroups is not None and self._cgroups.cpu_parent is not None else "polling"
         self._slots: queue.LifoQueue[_Slot] = queue.LifoQueue()
         self._all = [_Slot(i) for i in range(self.size)]
         for slot in self._all:
@@ -418,7 +472,7 @@ class SandboxPool:
             self._slots.put(slot)
 
     def _run_on(self, slot: _Slot, job: PythonJob | ShellJob) -> JobResult:
-        message = job.to_wire()
+        message = job.to_wire()  # raises ValueError on a bad time limit: the caller's mistake
         message["nonce"] = secrets.token_hex(16)
         # One retry only if the worker was already dead before taking the job
         # (the job did not run, so re-running it cannot double-count).
@@ -437,7 +491,7 @@ class SandboxPool:
                 return JobResult(Status.SANDBOX_ERROR, detail=f"could not start {self.launcher.name} worker: {e}")
             fresh = slot.worker.jobs == 0
             try:
-                response = slot.worker.request(message, job.timeout_s + _HOST_GRACE_S)
+                response = slot.worker.request(message, message["wall_s"] + _HOST_GRACE_S)
             except (WorkerError, ValueError) as e:
                 over_memory = self._oom_killed(slot)
                 self._discard(slot)
@@ -452,7 +506,7 @@ class SandboxPool:
             slot.oom_kills = response.get("oom_kills", slot.oom_kills)
             if slot.worker.jobs >= self.max_jobs_per_worker or response.get("retire"):
                 self._discard(slot, graceful=True)
-            return _to_result(response, message["nonce"])
+            return _to_result(response, message)
         raise AssertionError("unreachable")
 
     def _start_worker(self, slot: _Slot) -> _Worker:
@@ -461,8 +515,10 @@ class SandboxPool:
             slot.cgroup = cgroup.WorkerCgroup(self._cgroups)
             slot.oom_kills = 0
             config["memory"] = slot.cgroup.worker_view()
+            config["cpu"] = slot.cgroup.cpu_view()
         else:
             config["memory"] = {"mode": "poll", "mechanism": "polling"}
+            config["cpu"] = {"mode": "poll"}
         worker = _Worker(self.launcher.argv(config))
         if slot.cgroup is not None:
             try:
@@ -522,8 +578,15 @@ def _memory_detail(memory_bytes: int, mechanism: str) -> str:
     return f"memory limit of {memory_bytes / (1 << 20):g} MiB exceeded (enforced by {mechanism})"
 
 
-def _to_result(response: dict[str, Any], nonce: str) -> JobResult:
-    if response.get("nonce") != nonce:
+def _time_detail(limit_hit: str, message: dict[str, Any], cpu_s: float, wall_s: float) -> str:
+    if limit_hit == "cpu":
+        return f"CPU time limit of {message['timeout_s']:g} s exceeded (used {cpu_s:.2f} s of CPU in {wall_s:.2f} s)"
+    return (f"wall-clock limit of {message['wall_s']:g} s exceeded (used {cpu_s:.2f} s of its {message['timeout_s']:g} s CPU limit: "
+            "it slept, waited or hung)")
+
+
+def _to_result(response: dict[str, Any], message: dict[str, Any]) -> JobResult:
+    if response.get("nonce") != message["nonce"]:
         return JobResult(Status.SANDBOX_ERROR, detail="worker answered with the wrong nonce")
     if "worker_error" in response:
         return JobResult(Status.SANDBOX_ERROR, detail=f"worker failed: {response['worker_error']}")
@@ -542,7 +605,8 @@ def _to_result(response: dict[str, Any], nonce: str) -> JobResult:
     if response.get("memory_exceeded"):
         return JobResult(Status.MEMORY, detail=response["memory_exceeded"], **common)
     if response["timed_out"]:
-        return JobResult(Status.TIMEOUT, detail="time limit exceeded", **common)
+        limit_hit = response["timed_out"]
+        return JobResult(Status.TIMEOUT, detail=_time_detail(limit_hit, message, response["cpu_s"], response["wall_s"]), limit_hit=limit_hit, **common)
     if response["result_problem"] is not None:
         return JobResult(Status.NO_RESULT, detail=response["result_problem"], **common)
     return JobResult(Status.OK, result=response["result"], **common)

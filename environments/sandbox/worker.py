@@ -10,9 +10,13 @@ starts a new session (so the whole job is one process group), redirects
 stdin/stdout/stderr, closes every other descriptor, applies rlimits, drops to
 an unprivileged uid when running as root (RLIMIT_NPROC does not bind root),
 clears the environment, and then either runs a Python harness or execs
-/bin/sh. The worker enforces the wall-clock deadline by SIGKILLing the child's
-process group, and the job's whole-job memory cap by watching its cgroup's
-OOM counter or polling its memory use (cleanup._MemoryMeter), drains output without
+/bin/sh. The worker enforces the job's two time limits by SIGKILLing the
+child's process group: its CPU limit (`timeout_s`: CPU seconds of all its
+processes together, read from the worker's cgroup or summed over the job's
+processes in /proc, cleanup._CpuMeter; RLIMIT_CPU backs it up per process)
+and its wall-clock ceiling (`wall_s`), and the job's whole-job memory cap by
+watching its cgroup's OOM counter or polling its memory use
+(cleanup._MemoryMeter). It drains output without
 buffering more than a bounded prefix, and reports what happened. After the
 job it reaps leftover processes and removes the System V IPC objects and
 scratch files the job left outside its work directory (cleanup._clean_leftovers). It never trusts the child's exit status: a Python
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import resource
 import select
@@ -185,8 +190,18 @@ def _run_python(job: dict) -> dict:
     return {"phase": "done", "results": results}
 
 
+def _rlimit_cpu(timeout_s: float) -> int:
+    """RLIMIT_CPU's soft limit for a job allowed `timeout_s` CPU seconds in all.
+
+    Only a backstop per process for the worker's own accounting, which decides
+    (cleanup._CpuMeter): the kernel checks RLIMIT_CPU against tick-sampled
+    time, which can run ahead of a process's real CPU time (SIGXCPU at 0.92 s
+    of a 1 s limit on our VMs), so it sits a second above the limit."""
+    return math.ceil(timeout_s) + 1
+
+
 def _apply_limits(limits: dict, timeout_s: float) -> None:
-    cpu = int(limits.get("cpu_s") or int(timeout_s) + 1)
+    cpu = _rlimit_cpu(timeout_s)
     pairs = [
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at soft, SIGKILL at hard
         (resource.RLIMIT_AS, (limits["address_space_bytes"],) * 2),
@@ -434,6 +449,7 @@ def run_job(job: dict, cfg: dict) -> dict:
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
         setup_r, setup_w = os.pipe()
+        cpu = cleanup._CpuMeter(job, cfg, uid)  # its baseline: before the child exists
         pid = os.fork()
         if pid == 0:
             os.close(res_r)
@@ -445,7 +461,8 @@ def run_job(job: dict, cfg: dict) -> dict:
         os.close(out_w)
         os.close(setup_w)
         meter = cleanup._MemoryMeter(job, cfg, pid, uid, ipc_before)
-        response = _supervise(job, pid, res_r, out_r, start, meter)
+        cpu.pid = pid
+        response = _supervise(job, pid, res_r, out_r, start, meter, cpu)
         # The child is dead and was the only writer: this read cannot block.
         with os.fdopen(setup_r, "rb") as f:
             setup_error = f.read(4096)
@@ -455,6 +472,7 @@ def run_job(job: dict, cfg: dict) -> dict:
         if job["limits"]["processes"] > 0:
             cleanup._reap(cfg, uid)
             cleanup._reap_cgroup(cfg)
+        _charge_cpu(response, cpu)
         cleanup._clean_leftovers(cfg, uid, ipc_before, meter, response, keep=workdir)
         if job.get("collect_files"):
             response["files"], complete = _snapshot(workdir)
@@ -469,8 +487,19 @@ def run_job(job: dict, cfg: dict) -> dict:
     return response
 
 
-def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter: cleanup._MemoryMeter | None = None) -> dict:
-    deadline = start + float(job["timeout_s"])
+def _charge_cpu(response: dict, cpu: cleanup._CpuMeter) -> None:
+    """Once every process of the job is gone: the CPU time it used in all, and
+    a TIMEOUT when that is over its limit (one that finished between two
+    checks, or whose processes each stayed under RLIMIT_CPU)."""
+    response["cpu_s"] = cpu.final(response["cpu_s"])
+    if response["timed_out"] != "cpu" and response["cpu_s"] > cpu.limit:
+        response["timed_out"], response["result"], response["result_problem"] = "cpu", None, None
+
+
+def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter: cleanup._MemoryMeter | None = None, cpu: cleanup._CpuMeter | None = None) -> dict:
+    """Runs the job to its end, its CPU limit, its wall-clock ceiling or its
+    memory cap; returns the response ("timed_out": False, "cpu" or "wall")."""
+    deadline = start + float(job["wall_s"])
     output_limit = min(int(job.get("output_limit", 4096)), MAX_OUTPUT_BYTES)
     result, output, output_bytes, result_overflow = bytearray(), bytearray(), 0, False
     pidfd = os.pidfd_open(pid)
@@ -484,16 +513,21 @@ def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter:
         while open_fds:
             now = time.monotonic()
             if now >= deadline:
-                timed_out = True
+                timed_out = "wall"
                 break
             # Once the child itself has exited, descendants holding the pipes
             # open get only a short grace period before the group is killed.
             wait_s = min(deadline - now, 0.05) if exited else deadline - now
             if meter is not None and not exited:
                 wait_s = min(wait_s, max(meter.due - now, 0.0))
+            if cpu is not None and not exited:
+                wait_s = min(wait_s, max(cpu.due - now, 0.0))
             events = poller.poll(wait_s * 1000.0)
             if meter is not None and not exited and meter.check():
                 break  # over the job's memory cap: kill it now (reported by run_job)
+            if cpu is not None and not exited and cpu.check():
+                timed_out = "cpu"
+                break
             if not events and exited:
                 break
             for fd, _ in events:
@@ -528,11 +562,11 @@ def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter:
         os.close(pidfd)
         os.close(res_r)
         os.close(out_r)
+    # Of the job's top process and the children it waited for; run_job
+    # charges the whole job (_charge_cpu), which also decides a TIMEOUT that
+    # RLIMIT_CPU's signals ended.
     cpu_s = rusage.ru_utime + rusage.ru_stime
     code = os.waitstatus_to_exitcode(status)
-    cpu_limit = int(job["limits"].get("cpu_s") or int(job["timeout_s"]) + 1)
-    if not timed_out and code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu_s >= cpu_limit - 0.05:
-        timed_out = True
     response = {
         "nonce": job["nonce"],
         "exit_code": code if code >= 0 else None,
@@ -545,7 +579,7 @@ def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter:
         "result": None,
         "result_problem": None,
     }
-    if job["kind"] == "python" and not timed_out:
+    if job["kind"] == "python" and not timed_out:  # (_charge_cpu drops a result found over the CPU limit)
         response["result"], response["result_problem"] = _parse_result(bytes(result), result_overflow, job["nonce"])
     return response
 

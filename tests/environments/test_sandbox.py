@@ -62,8 +62,8 @@ def test_limits_apply(pool):
     assert fork.result["phase"] == "load" and "Resource temporarily unavailable" in fork.result["error"]
     write = pool.run(PythonJob(source="open('f', 'wb').write(b'x' * (2 << 20))", limits=Limits(file_size_bytes=1 << 20)))
     assert write.result["phase"] == "load" and "File too large" in write.result["error"]
-    slow = pool.run(PythonJob(source="import time\ntime.sleep(30)", timeout_s=0.3))
-    assert slow.status is Status.TIMEOUT and slow.wall_s < 2.0
+    slow = pool.run(PythonJob(source="import time\ntime.sleep(30)", timeout_s=0.3, wall_s=0.3))
+    assert slow.status is Status.TIMEOUT and slow.limit_hit == "wall" and slow.wall_s < 2.0
 
 
 def test_worker_killed_between_jobs_is_replaced_transparently(pool):

@@ -108,13 +108,14 @@ def host_intact():
 
 def test_infinite_loop_times_out():
     start = time.monotonic()
-    assert _code_verdict("max(iter(int, 1))")[:2] == (0.0, "TIMEOUT")
+    reward, verdict, feedback = _code_verdict("max(iter(int, 1))")
+    assert (reward, verdict) == (0.0, "TIMEOUT") and "CPU time limit of 1 s" in feedback, feedback
     assert time.monotonic() - start < 3.0
 
 
 def test_sleep_times_out_on_wall_clock():
-    result = _python("import time\ntime.sleep(60)", timeout_s=0.5)
-    assert result.status is Status.TIMEOUT and result.wall_s < 2.0 and result.cpu_s < 0.5
+    result = _python("import time\ntime.sleep(60)", timeout_s=0.5, wall_s=0.5)
+    assert result.status is Status.TIMEOUT and result.limit_hit == "wall" and result.wall_s < 2.0 and result.cpu_s < 0.5
 
 
 def test_memory_hog_is_oom():

@@ -220,6 +220,7 @@ def test_process_heavy_job_in_one_pool_does_not_break_another(kind, make_pool):
     holder = ShellJob(
         script=f"i=0; while [ $i -lt 63 ]; do sleep {duration} & i=$((i+1)); done; wait",
         timeout_s=4.0,
+        wall_s=4.0,
         limits=Limits(processes=64),
     )
     held = []
