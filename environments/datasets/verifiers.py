@@ -267,12 +267,12 @@ _UNIT_WORDS_RE = re.compile(r"^(.*?[\d}).])\s+((?:[A-Za-z]{2,}\.?\s*)+)$", re.DO
 
 
 def _words(text: str) -> list[str]:
-    text = re.sub(r"\\(?:text|mathrm|textbf|mbox|operatorname)\s*\{[^{}]*\}", " ", text)
+    text = re.sub(r"\\(?:text\w*|math\w*|mbox|operatorname|begin|end)\s*\{[^{}]*\}", " ", text)
     return re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", " ", text))
 
 
 def _is_prose(text: str) -> bool:
-    return any((len(w) >= 3 and w.lower() not in _FORMULA_WORDS) or w.lower() in _SHORT_WORDS
+    return any((len(w) >= 3 and w.lower() not in _FORMULA_WORDS | _PERCENT_WORDS) or w.lower() in _SHORT_WORDS
                for w in _words(text))
 
 
@@ -384,7 +384,7 @@ def _plain_value(text: str, anchored: bool) -> Any | None:
     if not text:
         return None
     if _BARE_NUMBER_RE.fullmatch(text):
-        return _extract(text, "expr")
+        return _extract(re.sub(r"\\(?=[$€£¥%])", "", text), "expr")
     if not _is_prose(text):
         value = _extract(f"${text}$", "latex")
         if value is not None:
@@ -414,7 +414,8 @@ def _math_value(found: FinalAnswer) -> tuple[Any | None, str]:
     if _depth(text) > MAX_DEPTH:
         return None, f"the answer nests brackets more than {MAX_DEPTH} deep"
     if found.source != "text" and _BOXED_RE.search(text):
-        value = _extract(text, "boxed")
+        boxed = last_boxed(text) or ""
+        value = None if _is_prose(boxed) else _extract(text, "boxed")
         why = f"the boxed answer {_clean(last_boxed(text) or '')[:60]!r} is not a value (a number or a LaTeX expression)"
     elif found.source == "statement":
         # Math-Verify's anchored patterns see the statement ("Final Answer: The
