@@ -6,14 +6,28 @@ stripped, length-checked and UTF-8-checked by the env. `options` is the kind's
 defaults updated with the user's options (unknown option names are rejected
 at registration). Built-in kinds:
 
-* math: final-answer extraction (last \\boxed{...}, else an "answer:" /
-  "the answer is" line, else the whole answer if it parses, else its last
-  number) and value equivalence via sympy: integers, decimals, fractions,
-  percentages (50% equals 0.5 and 50), thousands separators, "x=3" vs "3", and
-  LaTeX such as \\frac{1}{2}, \\sqrt{2}, 2\\pi. Expressions are size-bounded
-  before sympy sees them (length, digits per literal, node count, exponent
-  size, no nested powers), so a hostile answer like 9**9**9 is refused
-  instead of evaluated.
+* math: answers and references are read and compared by Math-Verify 0.9.0
+  (`math_verify`, with latex2sympy2_extended). The final answer is taken in
+  one order (`final_answer`, shared with numeric and regex through
+  `answer_candidates`): (1) a last line that is a number alone, else the last
+  final answer statement ("Final Answer: The final answer is ...", "The
+  answer is ...", "Answer: ...", "#### N"), whatever boxes come before it; a
+  \\boxed{} or $...$ in it is the answer (Minerva's "... is $\\frac{1}{2}$. I
+  hope it is correct." is 1/2), else its first value; (2) else the last
+  \\boxed{} / \\fbox{} (boxes listed on its line are one answer); (3) else the
+  whole text if it is a formula, else its last LaTeX formula or number not
+  inside a word ("AZYUK2A" has none). Accepted as references and answers:
+  numbers, fractions, LaTeX expressions, tuples and points, sets, intervals,
+  inequalities, matrices, equations, percentages (50% equals 0.5 and 50),
+  units (\\text{cm}, "18 eggs"), currency (\\$16), thousands separators (1,234,
+  14{,}916, 16,\\!386.20). A formula Math-Verify finds but cannot value (a time
+  12:00) matches only the same formula. Floats compare at 6 decimals (0.333 is
+  not 1/3). Values are size-bounded before comparison (bracket depth, digits
+  per literal, node count, exponent size, factorials, sum ranges, no power
+  towers like 9**9**9), which is also what bounds the time: Math-Verify's
+  SIGALRM time-outs are off, so grading works in worker threads. Not a value:
+  MALFORMED, saying what was found (a box, a statement, nothing); an error
+  Math-Verify does not expect raises (an infrastructure verdict, never FAIL).
 * exact: string equality after optional case and whitespace normalisation.
 * choice: one letter (A-D by default, `letters` option); refuses answers naming
   two different letters.
