@@ -29,6 +29,7 @@ from environments.sandbox.pool import (
     ShellJob,
     Status,
     text_sha256,
+    wall_ceiling,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "ShellJob",
     "Status",
     "text_sha256",
+    "wall_ceiling",
     "default_pool",
     "run",
     "set_default_pool",

@@ -15,8 +15,7 @@ import gymnasium
 import pytest
 
 import environments  # noqa: F401
-from environments.sandbox import Limits, PlainLauncher, PythonJob, SandboxPool, ShellJob, Status, bwrap, cgroup
-from environments.sandbox.pool import wall_ceiling
+from environments.sandbox import Limits, PlainLauncher, PythonJob, SandboxPool, ShellJob, Status, bwrap, cgroup, wall_ceiling
 
 BWRAP_OK, BWRAP_REASON = bwrap.probe()
 CGROUP_LAYOUT, CGROUP_REASON = cgroup.probe()
