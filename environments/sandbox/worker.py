@@ -446,10 +446,10 @@ def run_job(job: dict, cfg: dict) -> dict:
             os.chown(workdir, uid, cfg["gid"])
         _write_files(workdir, job.get("files") or {}, uid, cfg.get("gid"))
         ipc_before = cleanup._ipc_before(cfg)
+        cpu = cleanup._CpuMeter(job, cfg, uid)  # its baseline: before the child exists
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
         setup_r, setup_w = os.pipe()
-        cpu = cleanup._CpuMeter(job, cfg, uid)  # its baseline: before the child exists
         pid = os.fork()
         if pid == 0:
             os.close(res_r)
