@@ -67,8 +67,14 @@ class BoundedDomain(registry.Domain):
 
 
 def fits(task: Task, max_prompt_chars: int, max_demo_chars: int | None = None) -> bool:
-    return (len(task.prompt) <= max_prompt_chars
-            and (max_demo_chars is None or len(task.demonstration) <= max_demo_chars))
+    # Counted in UTF-8 bytes: never fewer than the characters, and what a byte
+    # tokenizer's context must hold (a non-ASCII prompt has more bytes than characters).
+    return (_utf8_len(task.prompt) <= max_prompt_chars
+            and (max_demo_chars is None or _utf8_len(task.demonstration) <= max_demo_chars))
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
 
 
 def bounded_id(domain_id: str, max_prompt_chars: int, max_demo_chars: int | None = None) -> str:
