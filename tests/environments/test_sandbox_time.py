@@ -71,7 +71,8 @@ def test_infinite_loop_is_a_cpu_timeout(pool):
     result = pool.run(PythonJob(source="while True:\n    pass", timeout_s=1.0))
     assert result.status is Status.TIMEOUT and result.limit_hit == "cpu", result
     assert result.detail.startswith("CPU time limit of 1 s exceeded"), result.detail
-    assert 1.0 <= result.cpu_s < 1.3 and result.wall_s < 5.0, (result.cpu_s, result.wall_s)
+    # Ended by its CPU time, long before the 31 s wall-clock ceiling (about 1 s when the machine is idle).
+    assert 1.0 <= result.cpu_s < 1.3 and result.wall_s < 10.0, (result.cpu_s, result.wall_s)
 
 
 @pytest.mark.parametrize("pool", SETUPS, indirect=True)
