@@ -40,6 +40,13 @@ def cpu() -> float:
     return t.user + t.system
 
 
+def _same_number(a: str, b: str) -> bool:
+    try:
+        return a == b or float(a) == float(b)
+    except ValueError:
+        return False
+
+
 def probe_one(name: str, tasks: int, all_levels: bool = False) -> dict:
     """Runs in the child: every level of generator `name`."""
     import numpy as np
@@ -82,8 +89,8 @@ def probe_one(name: str, tasks: int, all_levels: bool = False) -> dict:
                 grade_s += cpu() - t
                 bad_demo += not g.success
                 for wrong in GARBAGE:
-                    if wrong == task.demonstration:
-                        continue
+                    if _same_number(wrong, task.demonstration):
+                        continue  # "0" is the right answer to some tasks (a root at 0)
                     g = d.grade(task, wrong)
                     bad_garbage += g.success
                     infra += g.infra_error

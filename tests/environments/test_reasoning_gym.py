@@ -185,15 +185,46 @@ def test_configs_past_the_valid_range_are_clamped():
 
 
 def test_questions_do_not_depend_on_the_hash_seed():
-    """isomorphic_strings and ransom_note drew letters in set order (PYTHONHASHSEED);
-    with the letters in sorted order a seed gives the same question in every process."""
+    """isomorphic_strings and ransom_note drew letters in set order, and
+    polynomial_multiplication its terms in the order of a set of sympy monomials
+    (both PYTHONHASHSEED); sorted, a seed gives the same question in every process."""
     code = ("import gymnasium, environments\n"
-            "for d in ('rlpt/rg-isomorphic-strings-hard-v0', 'rlpt/rg-ransom-note-hard-v0'):\n"
+            "for d in ('rlpt/rg-isomorphic-strings-hard-v0', 'rlpt/rg-ransom-note-hard-v0',\n"
+            "          'rlpt/rg-polynomial-multiplication-hard-v0'):\n"
             "    print(repr(gymnasium.make(d).reset(seed=5)[0]))\n")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": str(h), "PYTHONWARNINGS": "ignore"}).stdout
             for h in (1, 2, 3)}
-    assert len(outs) == 1 and outs.pop().count("\n") == 2
+    assert len(outs) == 1 and outs.pop().count("\n") == 3
+
+
+def test_unseeded_rule_is_skipped():
+    """list_functions' rule 14 draws numbers from the unseeded global `random`: its
+    indices are redrawn, so every task is a function of the seed."""
+    domain = registry.domain("rlpt/rg-list-functions-medium-v0")
+    dataset = domain.dataset()
+    rule14 = next(i for i in range(1000) if dataset.task_indices[i] == 14)
+    assert len({dataset[rule14]["question"] for _ in range(6)}) > 1  # why it is skipped
+    draws = []
+    for _ in range(2):  # ~1 in 17 draws would be rule 14 without the skip, each one different
+        rng = np.random.default_rng(0)
+        draws.append([domain.sample(rng).prompt for _ in range(60)])
+    assert draws[0] == draws[1]
+
+
+def test_coin_flip_prefix_is_not_full_marks():
+    """coin_flip's own scorer divides the matching prefix by the shorter string, so
+    "0" scored 1.0 against 0.0703125; here a prefix scores its share of the reference."""
+    env = gymnasium.make("rlpt/rg-coin-flip-medium-v0")
+    for seed in range(6):
+        _, info = env.reset(seed=seed)
+        demo = info["demonstration"]
+        if abs(float(demo)) <= 1e-4 or not demo.startswith("0."):
+            continue
+        _, reward, _, _, step = env.step("0")
+        assert step["verdict"] == "FAIL" and 0.0 < reward < 0.5, (demo, reward)
+        env.reset(seed=seed)
+        assert env.step(demo)[4]["verdict"] == "PASS"
 
 
 def test_a_broken_scorer_is_replaced():
@@ -226,14 +257,22 @@ def test_unusable_entries_are_redrawn():
     limit = domain.spec.max_prompt_chars
     bad = [{"question": "q", "answer": "  "}, {"question": "x" * (limit + 1), "answer": "1"},
            {"question": "\u00e9" * (limit // 2 + 1), "answer": "1"},  # fits in characters, not in UTF-8 bytes
-           {"question": "q", "answer": None}]  # no reference, and no example answer for this generator
+           {"question": "q", "answer": None},  # no reference, and no demonstration for this generator
+           {"question": "q", "answer": "No solution"},  # a reference its own scorer fails
+           ValueError("Failed to generate a capture problem")]  # generation gave up on this index
 
     class Fake:
         def __init__(self):
             self.items = bad + [good]
 
         def __getitem__(self, idx):
-            return self.items.pop(0)
+            item = self.items.pop(0)
+            if isinstance(item, Exception):
+                raise item
+            return item
+
+        def score_answer(self, answer, entry):
+            return float(answer == entry["answer"] != "No solution")
 
     real = domain._cached
     try:
