@@ -28,6 +28,7 @@ from environments.verdicts import Grade, Task, ToolReply
 
 PROBES = 64            # draws that check a bound leaves enough of a domain's tasks
 MIN_SHARE = 1 / 8      # ... at least this share of them
+QUICK_PROBES, QUICK_MARGIN = 16, 1.25  # none of the first 16 fits, all 1.25x over: refused early
 # Redraws before a reset gives up: at a 1-in-8 share, (7/8)^1024 ~ 1e-59.
 MAX_REDRAWS = 1024
 
@@ -85,10 +86,29 @@ def bounded_id(domain_id: str, max_prompt_chars: int, max_demo_chars: int | None
     return f"{stem}-p{max_prompt_chars}{demo}-v{version}"
 
 
-def probe(domain: registry.Domain, probes: int = PROBES) -> list[Task]:
-    """`probes` tasks drawn with a fixed rng."""
+def probe(domain: registry.Domain, max_prompt_chars: int, max_demo_chars: int | None = None,
+          probes: int = PROBES) -> tuple[int, list[Task]]:
+    """(how many fit, the tasks drawn) of up to `probes` tasks drawn with a
+    fixed rng, stopping once the verdict is settled: at MIN_SHARE * probes
+    tasks that fit (the bound is kept), or when too few draws are left to
+    reach that (it is refused), the same verdict all `probes` draws give.
+    One shortcut: when none of the first QUICK_PROBES tasks fits and the
+    shortest of them is more than QUICK_MARGIN times the bound, the bound is
+    refused there (a domain whose prompts are that long leaves almost no task
+    under it; some generators take seconds per draw)."""
     rng = np.random.default_rng(0)
-    return [domain.sample(rng) for _ in range(probes)]
+    need = int(np.ceil(MIN_SHARE * probes))
+    ok, tasks = 0, []
+    for i in range(probes):
+        task = domain.sample(rng)
+        tasks.append(task)
+        ok += fits(task, max_prompt_chars, max_demo_chars)
+        if ok >= need or ok + (probes - i - 1) < need:
+            break
+        if ok == 0 and len(tasks) == QUICK_PROBES and min(
+                _utf8_len(t.prompt) for t in tasks) > QUICK_MARGIN * max_prompt_chars:
+            break
+    return ok, tasks
 
 
 def _median(xs: list[int]) -> int:
@@ -113,9 +133,8 @@ def register_bounded(domain_id: str, max_prompt_chars: int,
     new_id = bounded_id(domain_id, max_prompt_chars, max_demo_chars)
     if registry.is_registered(new_id):
         return registry.get(new_id)
-    tasks = probe(base)
-    ok = sum(fits(t, max_prompt_chars, max_demo_chars) for t in tasks)
-    if ok < MIN_SHARE * len(tasks):
+    ok, tasks = probe(base, max_prompt_chars, max_demo_chars)
+    if ok < MIN_SHARE * PROBES:
         prompts, demos = [len(t.prompt) for t in tasks], [len(t.demonstration) for t in tasks]
         demo = (f" and demonstrations of at most {max_demo_chars}"
                 if max_demo_chars is not None else "")

@@ -50,8 +50,8 @@ def mixed() -> tuple[str, ...]:
 # The all-domains job (experiments/grpo_all_domains.py): every registered
 # domain, each cut to the tasks whose prompt and demonstration fit the tiny
 # base's context (environments.bounded). A domain with too few such tasks is
-# left out, with the reason. At 256 / 63 characters 213 of the 419 registered
-# domains qualify (126 / 31: 173; 512 / 127: 269; 1024 / 255: 359).
+# left out, with the reason. At 256 / 63 characters 230 of the 528 registered
+# domains qualify (tests/experiments/test_all_domains.py asserts at least 200).
 ALL_PROMPT_CHARS = 256
 ALL_DEMO_CHARS = 63  # + EOS: 64 new tokens
 FILTER_KEYS = ("family", "difficulty", "tag")
