@@ -147,6 +147,8 @@ class ProgramTests:
     prelude: str = ""
     setup: str = ""  # "asserts": trusted code run after the program, before the calls
     io_pairs: tuple[tuple[str, str], ...] = ()
+    # CPU seconds of the whole test job (program, setup and calls), so other jobs on the cores
+    # never turn a correct answer into TIMEOUT; a wall-clock ceiling (see sandbox.run) stops sleeps.
     timeout_s: float = DEFAULT_TIMEOUT_S
     limits: sandbox.Limits = sandbox.Limits()
 
