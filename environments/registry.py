@@ -110,6 +110,15 @@ def register(domain: Domain) -> Domain:
     return domain
 
 
+def unregister(domain_id: str) -> None:
+    """Removes `domain_id` here and from gymnasium (a notebook re-registering an
+    edited file under its id, a test cleaning up); an unknown id raises ValueError."""
+    if domain_id not in _DOMAINS:
+        raise _unknown(domain_id)
+    del _DOMAINS[domain_id]
+    gymnasium.registry.pop(domain_id, None)
+
+
 def list_domains(
     family: str | None = None, difficulty: str | None = None, tag: str | None = None
 ) -> list[DomainSpec]:

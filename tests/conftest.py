@@ -31,3 +31,23 @@ if "RLPT_TEST_BASES" not in os.environ:
   _bases = tempfile.mkdtemp(prefix="rlpt-test-bases-")
   atexit.register(shutil.rmtree, _bases, ignore_errors=True)
   os.environ["RLPT_TEST_BASES"] = _bases
+
+
+import re
+
+import pytest
+
+_DERIVED = re.compile(r"-p\d+(-d\d+)?-v\d+$")  # bounded cuts: cached selections refer to them
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_domains_do_not_leak():
+  """Domains a test module registers (dataset files in its tmp_path, domains
+  that raise or hang on purpose) are unregistered when the module ends, so a
+  later module that lists every registered domain sees only the built-in ones."""
+  from environments import registry
+  before = {s.id for s in registry.list_domains()}
+  yield
+  for domain_id in {s.id for s in registry.list_domains()} - before:
+    if not _DERIVED.search(domain_id):
+      registry.unregister(domain_id)

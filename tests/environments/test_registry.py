@@ -1,5 +1,6 @@
 """Registry filtering, lookup errors, and gymnasium registration."""
 
+import dataclasses
 import warnings
 
 import gymnasium
@@ -92,3 +93,26 @@ def test_gymnasium_env_checker(domain_id):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any checker complaint fails the test
         check_env(env, skip_render_check=True)
+
+
+def test_unregister_removes_the_domain_here_and_from_gymnasium():
+    spec = dataclasses.replace(registry.get("rlpt/math-add-easy-v0"), id="rlpt/math-addcopy-easy-v0")
+    registry.register(_Copy(spec, registry.domain("rlpt/math-add-easy-v0")))
+    assert gymnasium.make(spec.id) is not None
+    registry.unregister(spec.id)
+    assert not registry.is_registered(spec.id) and spec.id not in gymnasium.registry
+    with pytest.raises(ValueError, match="rlpt/math-addcopy-easy-v0"):
+        registry.unregister(spec.id)
+    registry.register(_Copy(spec, registry.domain("rlpt/math-add-easy-v0")))  # the id is free again
+    registry.unregister(spec.id)
+
+
+class _Copy(registry.Domain):
+    def __init__(self, spec, base):
+        self.spec, self.base = spec, base
+
+    def sample(self, rng):
+        return self.base.sample(rng)
+
+    def grade(self, task, answer):
+        return self.base.grade(task, answer)
