@@ -549,14 +549,14 @@ def _grade_math(answer: str, reference: str, options: Mapping[str, Any]) -> Grad
 
 
 def _check_math_reference(reference: str, options: Mapping[str, Any]) -> str | None:
-    found = final_answer(reference)
-    lines = [line for line in reference.strip().splitlines() if line.strip()]
-    if found.source != "text" and len(lines) > 1:
-        # A worked solution: taking its final answer silently would make a
-        # reference out of whatever the last statement or box holds.
-        return (f"reference {reference[:40]!r} is a worked solution ({len(lines)} lines), not an answer; "
-                "say where its answer is with reference='after:<marker>' (GSM8K: 'after:####'), "
-                "reference='boxed' (MATH) or reference='regex:<one group>'")
+    # A worked solution is read as an answer is (its final statement, else its
+    # last box); one with neither, prose over several lines, is refused: its
+    # last number would be a guess at the reference.
+    lines = [line for line in reference.strip().split("\n") if line.strip()]
+    if len(lines) > 1 and final_answer(reference).source == "text" and _is_prose(_clean(reference)):
+        return (f"reference {reference[:40]!r} is a worked solution ({len(lines)} lines) with no final "
+                "answer statement or box; say where its answer is with reference='after:<marker>' "
+                "(GSM8K: 'after:####'), reference='boxed' (MATH) or reference='regex:<one group>'")
     value, why = _reference_value(reference)
     return None if value is not None else f"reference {reference[:40]!r} is not a math value the verifier can parse ({why})"
 

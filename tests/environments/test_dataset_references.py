@@ -50,9 +50,15 @@ def test_reference_after_marker_registers_worked_solutions_unmodified(tmp_path):
     assert domain.grade(task, "The answer is 18.").success
     assert not domain.grade(task, "The answer is 12.").success
     assert domain.refused == ()
-    # Without it the worked solution is the reference, which no verifier can grade: every row is refused.
-    with pytest.raises(ValueError, match=r"w\.jsonl: line 1: field 'answer'"):
-        datasets.register_file(_id(), path, "math", fields={"prompt": "question"})
+    # Without it the math verifier reads a worked solution as it reads an answer: "#### 18" is its
+    # final answer statement. Prose over several lines with no statement or box is refused.
+    plain = _id()
+    datasets.register_file(plain, path, "math", fields={"prompt": "question"})
+    assert [task.hidden for task in registry.domain(plain)._tasks] == [r["answer"] for r in WORKED]
+    assert [domain.grade(t, "The answer is 18.").success for t in registry.domain(plain)._tasks] == [True, False, False]
+    prose = _jsonl(tmp_path / "p.jsonl", [{"question": "q", "answer": "Add 3 and 4 to get 7.\nThen double it: 14"}])
+    with pytest.raises(ValueError, match=r"p\.jsonl: line 1: field 'answer'.*no final answer statement or box"):
+        datasets.register_file(_id(), prose, "math", fields={"prompt": "question"})
 
 
 def test_reference_boxed_takes_the_last_box(tmp_path):
