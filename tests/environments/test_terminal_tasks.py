@@ -192,3 +192,22 @@ def test_failed_done_with_attempts_left_keeps_the_workspace():
     assert (reward, terminated, truncated, step["verdict"]) == (0.0, False, False, "FAIL") and "counts.txt" in obs
     _, reward, terminated, _, step = env.step("sort names.txt | uniq -c | sed -E 's/^ *([0-9]+) (.*)/\\2 \\1/' > counts.txt\nDONE")
     assert (reward, terminated, step["verdict"], step["attempt"]) == (1.0, True, "PASS", 2)
+
+
+def test_packages_are_checked_by_the_commands_they_provide(tmp_path):
+    docker = "FROM debian:bookworm\nRUN apt-get install -y binutils ninja-build rlpt-no-such-tool\n"
+    missing = terminal_tasks._missing_requirements(docker)
+    # The package names are not commands: binutils provides ld, ninja-build ninja.
+    assert not any(m.startswith(("binutils ", "ninja-build ")) for m in missing), missing
+    assert "rlpt-no-such-tool (apt package rlpt-no-such-tool)" in missing
+    assert all(m.split()[0] in ("ld", "as", "objdump", "ninja", "rlpt-no-such-tool") for m in missing), missing
+
+
+def test_a_long_instruction_is_a_long_prompt_not_a_refusal(tmp_path):
+    text = "Rename every file ending in .txt to .md. " * 250  # 10,250 characters
+    path = _write(tmp_path / "long-task", {"instruction.md": text, "tests/test.sh": "exit 0\n"})
+    spec = registry.get(terminal_tasks.register_task_folder(path))
+    assert spec.max_prompt_chars > len(text)
+    env = gymnasium.make(spec.id)
+    obs, _ = env.reset(seed=0)
+    assert text.strip() in obs and len(obs) <= spec.max_prompt_chars
