@@ -66,7 +66,7 @@ import numpy as np
 
 from environments import registry, sandbox, splits
 from environments.registry import DIFFICULTIES, Domain, DomainSpec
-from environments.verdicts import Grade, Task, ToolReply, Verdict, failed, passed
+from environments.verdicts import Grade, Task, ToolReply, Verdict, failed, passed, verifier_error
 
 log = logging.getLogger(__name__)
 
@@ -494,7 +494,37 @@ class TerminalTaskDomain(Domain):
             return passed("the tests passed") if reward == 1.0 else failed(f"the tests gave reward {reward:g}{said}", reward)
         if result.exit_code == 0 and result.signal is None:
             return passed("the tests passed")
+        broken = harness_failure(result.output)
+        if broken is not None:
+            # The tests never judged the work: infrastructure, masked, never the model's FAIL.
+            return verifier_error(f"the tests could not run here: {broken}")
         return failed(f"the tests failed (exit {result.exit_code}){said}")
+
+
+# Output of a test run that broke before judging anything: the test script's own
+# commands missing or pointed at absolute paths this runner does not provide, the
+# network the tests try to reach, the test runner absent or unable to find its tests.
+# A line from bash about test.sh itself names the script, so a missing command the
+# model's own program runs (reported against its own file) is not matched.
+_HARNESS_FAILURES = (
+    (re.compile(r"tests/test\.sh: line \d+: ([^:\n]+): command not found"), "test.sh needs {0!r}, which is not installed"),
+    (re.compile(r"tests/test\.sh: line \d+: (?:cd|source|\.): (/[^:\n]*): No such file or directory"),
+     "test.sh uses the absolute path {0!r}, which this runner does not provide"),
+    (re.compile(r"tests/test\.sh: (/[^:\n]*): No such file or directory"), "test.sh runs {0!r}, which does not exist here"),
+    (re.compile(r"(Could not resolve host|Temporary failure in name resolution|Network is unreachable|"
+                r"No matching distribution found for [^\s]+)"), "the tests need the network ({0})"),
+    (re.compile(r"No module named '?(pytest|uv)'?"), "the test runner {0!r} is not installed"),
+    (re.compile(r"ERROR: file or directory not found: (/[^\s]+)"), "pytest found no tests at {0!r}"),
+)
+
+
+def harness_failure(output: str) -> str | None:
+    """Why a failed test run never judged the work (see _HARNESS_FAILURES), or None."""
+    for pattern, why in _HARNESS_FAILURES:
+        match = pattern.search(output)
+        if match:
+            return why.format(match.group(1).strip())
+    return None
 
 
 def register_task_folder(path: str, split: str = "train", version: int = 0) -> str:

@@ -211,3 +211,41 @@ def test_a_long_instruction_is_a_long_prompt_not_a_refusal(tmp_path):
     env = gymnasium.make(spec.id)
     obs, _ = env.reset(seed=0)
     assert text.strip() in obs and len(obs) <= spec.max_prompt_chars
+
+
+@pytest.mark.parametrize("name, test_sh, why", [
+    ("no-runner", "rlpt-missing-runner -q tests/\n", "test.sh needs 'rlpt-missing-runner'"),
+    ("abs-path", "cd /rlpt-no-such-app-dir\nls\nexit 3\n", "absolute path '/rlpt-no-such-app-dir'"),
+])
+def test_a_test_harness_that_cannot_run_is_infrastructure_not_fail(tmp_path, name, test_sh, why):
+    path = _folder(tmp_path, name, test_sh=test_sh)
+    env = gymnasium.make(terminal_tasks.register_task_folder(path))
+    env.reset(seed=0)
+    _, reward, terminated, _, step = env.step("touch out.txt\nDONE")
+    assert (reward, step["verdict"]) == (0.0, "VERIFIER_ERROR"), step
+    assert why in step["feedback"]
+
+
+def test_the_model_s_own_failures_stay_fail(tmp_path):
+    # The tests judge: the file is missing; a command missing in the model's own script is its own.
+    test_sh = 'bash "$APP_DIR/run.sh"\ntest -f "$APP_DIR/out.txt"\n'
+    path = _folder(tmp_path, "judged", test_sh=test_sh)
+    env = gymnasium.make(terminal_tasks.register_task_folder(path))
+    env.reset(seed=0)
+    _, reward, _, _, step = env.step("printf 'rlpt-nowhere-cmd\\n' > run.sh\nDONE")
+    assert (reward, step["verdict"]) == (0.0, "FAIL"), step
+
+
+@pytest.mark.parametrize("output, expected", [
+    ("/w/.tbench/tests/test.sh: line 4: uv: command not found\n", "test.sh needs 'uv'"),
+    ("/tests/test.sh: line 2: cd: /app: No such file or directory\n", "absolute path '/app'"),
+    ("curl: (6) Could not resolve host: astral.sh\n", "the network (Could not resolve host)"),
+    ("ERROR: No matching distribution found for pytest==8.4.1\n", "No matching distribution found for pytest==8.4.1"),
+    ("/usr/bin/python3: No module named pytest\n", "runner 'pytest'"),
+    ("ERROR: file or directory not found: /tests/test_outputs.py\n", "'/tests/test_outputs.py'"),
+    ("/w/run.sh: line 1: rlpt-nowhere-cmd: command not found\nFAILED test_out.py::test_x\n", None),
+    ("E   AssertionError: assert 3 == 4\n1 failed in 0.02s\n", None),
+])
+def test_harness_failures_are_told_from_verdicts(output, expected):
+    why = terminal_tasks.harness_failure(output)
+    assert (why is None) if expected is None else (expected in why), why
