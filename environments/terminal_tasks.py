@@ -527,17 +527,42 @@ def harness_failure(output: str) -> str | None:
     return None
 
 
-def register_task_folder(path: str, split: str = "train", version: int = 0) -> str:
+def validate_task(domain: TerminalTaskDomain) -> str | None:
+    """Why the task's tests cannot be trusted here, or None: its reference solution
+    (if it has one) must PASS, and a do-nothing answer must be judged FAIL by the
+    tests themselves (not PASS, and not a harness that never ran)."""
+    rng = np.random.default_rng(0)
+    if domain.folder.solution is not None:
+        grade = domain.grade(domain.sample(rng), domain._demo)
+        if grade.verdict is not Verdict.PASS:
+            return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}"
+    grade = domain.grade(domain.sample(rng), DONE)
+    if grade.verdict is Verdict.PASS:
+        return "its tests pass a do-nothing answer"
+    if grade.verdict is not Verdict.FAIL:
+        return f"a do-nothing answer is {grade.verdict.value}, not a FAIL by the tests: {grade.feedback[:200]}"
+    return None
+
+
+def register_task_folder(path: str, split: str = "train", version: int = 0, validate: bool = True) -> str:
     """Loads and registers one task folder as `rlpt/tbench-<name>-v<version>`; returns the id.
-    Raises TaskFolderError for a malformed folder or one needing tools this host lacks."""
+    Raises TaskFolderError for a malformed folder, one needing tools this host lacks, or
+    (with `validate`, see `validate_task`) one whose tests cannot be trusted here: a task
+    that could only ever score 0 never reaches training as a silent zero-reward domain."""
     domain = TerminalTaskDomain(load_task_folder(path), split=split, version=version)
+    if validate:
+        why = validate_task(domain)
+        if why is not None:
+            raise TaskFolderError(f"task {domain.folder.name} fails validation: {why} ({path})")
     registry.register(domain)
     return domain.spec.id
 
 
-def register_tasks(root: str, split: str = "train", version: int = 0, skip_unavailable: bool = False) -> list[str]:
+def register_tasks(root: str, split: str = "train", version: int = 0, skip_unavailable: bool = False,
+                   validate: bool = True) -> list[str]:
     """Registers every subfolder of `root` (sorted) as a task; returns the ids. With
-    skip_unavailable, folders that cannot load are logged and skipped instead of raising."""
+    skip_unavailable, folders that cannot load or fail validation are logged with the
+    reason and skipped instead of raising."""
     if not os.path.isdir(root):
         raise TaskFolderError(f"no such task root directory: {root}")
     ids = []
@@ -546,7 +571,7 @@ def register_tasks(root: str, split: str = "train", version: int = 0, skip_unava
         if not os.path.isdir(path) or name.startswith("."):
             continue
         try:
-            ids.append(register_task_folder(path, split=split, version=version))
+            ids.append(register_task_folder(path, split=split, version=version, validate=validate))
         except TaskFolderError as e:
             if not skip_unavailable:
                 raise
@@ -554,4 +579,5 @@ def register_tasks(root: str, split: str = "train", version: int = 0, skip_unava
     return ids
 
 
-BUILTIN_IDS = register_tasks(DATA_ROOT) if os.path.isdir(DATA_ROOT) else []
+# The shipped tasks are validated by tests/environments/test_terminal_tasks.py, not on every import.
+BUILTIN_IDS = register_tasks(DATA_ROOT, validate=False) if os.path.isdir(DATA_ROOT) else []

@@ -21,7 +21,7 @@ def _write(root, files):
     return str(root)
 
 
-def _folder(tmp_path, name, test_sh="exit 0\n", **extra):
+def _folder(tmp_path, name, test_sh='test -f "$APP_DIR/done.txt"\n', **extra):
     return _write(tmp_path / name, {"instruction.md": "Do the thing.\n", "tests/test.sh": test_sh, **extra})
 
 
@@ -34,6 +34,7 @@ def test_shipped_tasks_cover_every_difficulty():
 
 @pytest.mark.parametrize("domain_id", BUILTIN)
 def test_reference_solution_passes_and_no_op_fails(domain_id):
+    assert terminal_tasks.validate_task(registry.domain(domain_id)) is None  # as a user's folder is checked
     env = gymnasium.make(domain_id)
     obs, info = env.reset(seed=0)
     assert "DONE" in obs and obs.isascii()
@@ -205,7 +206,7 @@ def test_packages_are_checked_by_the_commands_they_provide(tmp_path):
 
 def test_a_long_instruction_is_a_long_prompt_not_a_refusal(tmp_path):
     text = "Rename every file ending in .txt to .md. " * 250  # 10,250 characters
-    path = _write(tmp_path / "long-task", {"instruction.md": text, "tests/test.sh": "exit 0\n"})
+    path = _write(tmp_path / "long-task", {"instruction.md": text, "tests/test.sh": "test -f \"$APP_DIR/a.md\"\n"})
     spec = registry.get(terminal_tasks.register_task_folder(path))
     assert spec.max_prompt_chars > len(text)
     env = gymnasium.make(spec.id)
@@ -219,7 +220,9 @@ def test_a_long_instruction_is_a_long_prompt_not_a_refusal(tmp_path):
 ])
 def test_a_test_harness_that_cannot_run_is_infrastructure_not_fail(tmp_path, name, test_sh, why):
     path = _folder(tmp_path, name, test_sh=test_sh)
-    env = gymnasium.make(terminal_tasks.register_task_folder(path))
+    with pytest.raises(TaskFolderError, match=f"fails validation: a do-nothing answer is VERIFIER_ERROR.*{why}"):
+        terminal_tasks.register_task_folder(path)  # validated: refused with the reason
+    env = gymnasium.make(terminal_tasks.register_task_folder(path, validate=False))
     env.reset(seed=0)
     _, reward, terminated, _, step = env.step("touch out.txt\nDONE")
     assert (reward, step["verdict"]) == (0.0, "VERIFIER_ERROR"), step
@@ -249,3 +252,17 @@ def test_the_model_s_own_failures_stay_fail(tmp_path):
 def test_harness_failures_are_told_from_verdicts(output, expected):
     why = terminal_tasks.harness_failure(output)
     assert (why is None) if expected is None else (expected in why), why
+
+
+@pytest.mark.parametrize("name, extra, why", [
+    ("ref-fails", {"solution/solve.sh": "echo nothing\n"}, "its reference solution is FAIL, not PASS"),
+    ("passes-anything", {"tests/test.sh": "exit 0\n"}, "its tests pass a do-nothing answer"),
+])
+def test_a_task_whose_tests_cannot_be_trusted_is_refused_at_registration(tmp_path, name, extra, why):
+    path = _folder(tmp_path, name, **extra)
+    with pytest.raises(TaskFolderError, match=f"task {name} fails validation: {why}"):
+        terminal_tasks.register_task_folder(path)
+    assert not registry.is_registered(f"rlpt/tbench-{name}-v0")
+    # A good one: the reference passes, a do-nothing answer fails by the tests' verdict.
+    good = _folder(tmp_path, f"{name}-fixed", **{"solution/solve.sh": "touch done.txt\n"})
+    assert terminal_tasks.validate_task(registry.domain(terminal_tasks.register_task_folder(good))) is None
