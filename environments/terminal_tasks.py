@@ -7,8 +7,11 @@ Folder format (one task per folder; unknown files and keys are ignored):
     <task>/task.toml             optional: [metadata] difficulty ("easy" |
                                  "medium" | "hard", default "medium"), category,
                                  tags; [agent] max_turns (default 8),
-                                 command_timeout_sec (default 10, at most 60);
-                                 [verifier] timeout_sec (capped at 60)
+                                 timeout_sec (the episode's command time in
+                                 all: when spent, the tests run),
+                                 command_timeout_sec (one command, default 10,
+                                 at most the agent's timeout_sec);
+                                 [verifier] timeout_sec (default 60, at most 3600)
     <task>/solution/solve.sh     optional: reference solution (the demonstration)
     <task>/environment/app/      optional: the initial workspace (text files)
     <task>/environment/Dockerfile  optional: NOT built. Packages it installs
@@ -59,6 +62,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 import tomllib
 from typing import Any
 
@@ -75,7 +79,8 @@ DATA_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "te
 DONE = "DONE"
 DEFAULT_MAX_TURNS = 8
 DEFAULT_COMMAND_TIMEOUT_S = 10.0
-MAX_TIMEOUT_S = 60.0
+DEFAULT_VERIFIER_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 3600.0  # any one limit a task.toml asks for (Terminal-Bench tasks ask 180-1,800 s)
 MAX_ANSWER_CHARS = 4096
 OUTPUT_CHARS = 240  # what a command turn reports (the env cuts replies at 256)
 TESTS_DIR = ".tbench/tests"
@@ -150,6 +155,7 @@ class TaskFolder:
     files: dict[str, str]  # initial workspace
     tests: dict[str, str]  # tests/ folder, relative paths
     solution: str | None
+    agent_timeout_s: float | None = None  # the episode's command time in all ([agent] timeout_sec)
 
 
 def _read_text(path: str, what: str) -> str:
@@ -299,8 +305,11 @@ def load_task_folder(path: str) -> TaskFolder:
     max_turns = agent.get("max_turns", DEFAULT_MAX_TURNS)
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
         raise TaskFolderError(f"{toml_path}: [agent] max_turns must be an int >= 1, got {max_turns!r}")
-    command_timeout = min(_number(agent, "command_timeout_sec", DEFAULT_COMMAND_TIMEOUT_S, toml_path), MAX_TIMEOUT_S)
-    verifier_timeout = min(_number(verifier, "timeout_sec", MAX_TIMEOUT_S, toml_path), MAX_TIMEOUT_S)
+    agent_timeout = (min(_number(agent, "timeout_sec", MAX_TIMEOUT_S, toml_path), MAX_TIMEOUT_S)
+                     if "timeout_sec" in agent else None)
+    command_timeout = min(_number(agent, "command_timeout_sec", DEFAULT_COMMAND_TIMEOUT_S, toml_path),
+                          agent_timeout or MAX_TIMEOUT_S)
+    verifier_timeout = min(_number(verifier, "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S, toml_path), MAX_TIMEOUT_S)
     env_dir = os.path.join(path, "environment")
     dockerfile = os.path.join(env_dir, "Dockerfile")
     if os.path.isfile(dockerfile):
@@ -311,7 +320,8 @@ def load_task_folder(path: str) -> TaskFolder:
     files = _read_tree(app) if os.path.isdir(app) else {}
     solve = os.path.join(path, "solution", "solve.sh")
     solution = _read_text(solve, "solution/solve.sh").strip() if os.path.isfile(solve) else None
-    return TaskFolder(name, path, instruction, difficulty, tags, max_turns, command_timeout, verifier_timeout, files, tests, solution)
+    return TaskFolder(name, path, instruction, difficulty, tags, max_turns, command_timeout, verifier_timeout, files, tests,
+                      solution, agent_timeout)
 
 
 # ---------------------------------------------------------------- workspace carry
@@ -380,6 +390,7 @@ class _Episode:
     workspace: Workspace
     turns: int = 0
     broken: str | None = None
+    command_s: float = 0.0  # wall time its commands took, against the agent's timeout_sec
 
 
 class TerminalTaskDomain(Domain):
@@ -422,9 +433,18 @@ class TerminalTaskDomain(Domain):
         # Terminal-Bench's command and test timeouts are wall-clock limits.
         return sandbox.run(sandbox.ShellJob(script=script, files=ws.files, timeout_s=timeout_s, wall_s=timeout_s, limits=LIMITS, output_limit=4096))
 
-    def _command(self, ws: Workspace, command: str) -> sandbox.JobResult:
+    def _command_limit(self, episode: _Episode) -> float:
+        budget = self.folder.agent_timeout_s
+        left = float("inf") if budget is None else budget - episode.command_s
+        return max(0.0, min(self.folder.command_timeout_s, left))
+
+    def _command(self, episode: _Episode, command: str) -> sandbox.JobResult:
+        ws = episode.workspace
         script = ws.restore_script() + "bash -c " + shlex.quote(command) + " rlpt-turn\n"
-        return self._run(ws, script, self.folder.command_timeout_s)
+        start = time.monotonic()
+        result = self._run(ws, script, self._command_limit(episode))
+        episode.command_s += time.monotonic() - start
+        return result
 
     def grade(self, task: Task, answer: str) -> Grade | ToolReply:
         episode: _Episode = task.hidden
@@ -437,8 +457,8 @@ class TerminalTaskDomain(Domain):
         if "\x00" in command:
             reply = ToolReply(Verdict.MALFORMED, "a shell script cannot contain a NUL byte")
             return reply if not self._last_turn(episode) else self._verify(episode)
-        if command:
-            result = self._command(episode.workspace, command)
+        if command and self._command_limit(episode) > 0:
+            result = self._command(episode, command)
             if result.status is sandbox.Status.SANDBOX_ERROR:
                 return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure: {result.detail}")
             if result.files is not None:
@@ -447,7 +467,8 @@ class TerminalTaskDomain(Domain):
                     episode.broken = f"episode ended: {carried}"
                     return failed(episode.broken)
                 episode.workspace = carried
-            if not done and not self._last_turn(episode):
+            if not done and not self._last_turn(episode) and self._command_limit(episode) > 0:
+                # (when the agent's timeout_sec is spent, the tests run now, as in Terminal-Bench)
                 if result.status is sandbox.Status.TIMEOUT:
                     return ToolReply(Verdict.ERROR, f"timed out after {self.folder.command_timeout_s:g}s; " + _shown(result), "bash")
                 if result.status is sandbox.Status.MEMORY:

@@ -266,3 +266,24 @@ def test_a_task_whose_tests_cannot_be_trusted_is_refused_at_registration(tmp_pat
     # A good one: the reference passes, a do-nothing answer fails by the tests' verdict.
     good = _folder(tmp_path, f"{name}-fixed", **{"solution/solve.sh": "touch done.txt\n"})
     assert terminal_tasks.validate_task(registry.domain(terminal_tasks.register_task_folder(good))) is None
+
+
+def test_task_toml_timeouts_bound_the_episode_and_the_tests(tmp_path):
+    toml = "[agent]\ntimeout_sec = 1.0\n[verifier]\ntimeout_sec = 900.0\n"
+    path = _folder(tmp_path, "timed", **{"task.toml": toml})
+    folder = terminal_tasks.load_task_folder(path)
+    # The tests get what the task asks for; a command at most the agent's time.
+    assert (folder.agent_timeout_s, folder.command_timeout_s, folder.verifier_timeout_s) == (1.0, 1.0, 900.0)
+    env = gymnasium.make(terminal_tasks.register_task_folder(path))
+    env.reset(seed=0)
+    obs, reward, terminated, _, step = env.step("sleep 0.2; echo first")
+    assert step["verdict"] == "TOOL" and "first" in obs
+    # The agent's time runs out inside this command: the tests run at once, as in Terminal-Bench.
+    obs, reward, terminated, _, step = env.step("sleep 5")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL"), step
+    assert "the tests failed" in step["feedback"]
+    slow = _folder(tmp_path, "slow-tests", test_sh="sleep 5\n", **{"task.toml": "[verifier]\ntimeout_sec = 0.5\n"})
+    env = gymnasium.make(terminal_tasks.register_task_folder(slow, validate=False))
+    env.reset(seed=0)
+    _, reward, terminated, _, step = env.step("DONE")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "TIMEOUT"), step
