@@ -20,6 +20,7 @@ its dataset); every other cut is a `BoundedDomain`.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -76,6 +77,14 @@ def fits(task: Task, max_prompt_chars: int, max_demo_chars: int | None = None) -
 
 def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+_BOUNDED_ID_RE = re.compile(r"-p\d+(-d\d+)?-v\d+$")
+
+
+def is_bounded_id(domain_id: str) -> bool:
+    """True for an id `bounded_id` makes (a cut of another domain, not an original)."""
+    return _BOUNDED_ID_RE.search(domain_id) is not None
 
 
 def bounded_id(domain_id: str, max_prompt_chars: int, max_demo_chars: int | None = None) -> str:

@@ -554,7 +554,8 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
     tests themselves (not PASS, and not a harness that never ran)."""
     rng = np.random.default_rng(0)
     if domain.folder.solution is not None:
-        grade = domain.grade(domain.sample(rng), domain._demo)
+        task = domain.sample(rng)
+        grade = domain.grade(task, task.demonstration)
         if grade.verdict is not Verdict.PASS:
             return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}"
     grade = domain.grade(domain.sample(rng), DONE)

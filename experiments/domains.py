@@ -1,7 +1,6 @@
 """Named domain lists shared by experiment configs."""
 
 import functools
-import re
 
 # The default mix, four families: arithmetic, string manipulation, Python code
 # graded by unit tests in the sandbox, and shell commands run in the sandbox
@@ -55,7 +54,6 @@ def mixed() -> tuple[str, ...]:
 ALL_PROMPT_CHARS = 256
 ALL_DEMO_CHARS = 63  # + EOS: 64 new tokens
 FILTER_KEYS = ("family", "difficulty", "tag")
-_DERIVED = re.compile(r"-p\d+(-d\d+)?-v\d+$")  # a bounded variant of another domain
 
 
 def parse_filter(text: str) -> dict[str, str]:
@@ -87,9 +85,9 @@ def every_domain(spec_filter: str = "", prompt_chars: int = ALL_PROMPT_CHARS,
 def _every_domain(spec_filter: str, prompt_chars: int, demo_chars: int):
   import numpy as np
   from environments import registry, splits
-  from environments.bounded import register_bounded
+  from environments.bounded import is_bounded_id, register_bounded
   specs = [s for s in registry.list_domains(**parse_filter(spec_filter))
-           if not _DERIVED.search(s.id)]
+           if not is_bounded_id(s.id)]
   if not specs:
     raise ValueError(f"no registered domain matches {spec_filter!r}")
   ids, left_out = [], []

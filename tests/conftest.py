@@ -33,11 +33,7 @@ if "RLPT_TEST_BASES" not in os.environ:
   os.environ["RLPT_TEST_BASES"] = _bases
 
 
-import re
-
 import pytest
-
-_DERIVED = re.compile(r"-p\d+(-d\d+)?-v\d+$")  # bounded cuts: cached selections refer to them
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -45,9 +41,9 @@ def _module_domains_do_not_leak():
   """Domains a test module registers (dataset files in its tmp_path, domains
   that raise or hang on purpose) are unregistered when the module ends, so a
   later module that lists every registered domain sees only the built-in ones."""
-  from environments import registry
+  from environments import bounded, registry
   before = {s.id for s in registry.list_domains()}
   yield
   for domain_id in {s.id for s in registry.list_domains()} - before:
-    if not _DERIVED.search(domain_id):
+    if not bounded.is_bounded_id(domain_id):  # cuts stay: cached selections name them
       registry.unregister(domain_id)
