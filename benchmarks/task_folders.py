@@ -1,0 +1,186 @@
+"""Builds, validates and runs terminal task folders as published; prints what held.
+
+    python benchmarks/task_folders.py ROOT [ROOT ...] [--limit_per_root N] [--build_timeout 600] [--json out.json]
+
+Each ROOT is a task folder or a folder of task folders (Harbor / Terminal-Bench 2
+layout; a user stages them from public repositories: nothing is downloaded
+here). For every task, in order:
+
+  load      parse instruction.md, task.toml, tests/test.sh (refused: the reason)
+  build     its environment/Dockerfile with podman on local base images, plus the
+            verifier tools layer (refused: the build's one-line reason)
+  reference solution/ run as Harbor's oracle (`bash /solution/solve.sh`), then the tests
+  no-op     a do-nothing answer (`DONE`), then the tests
+
+and prints: built / refused grouped by reason / reference PASS / do-nothing FAIL
+by the tests' own verdict / infrastructure failures (VERIFIER_ERROR,
+SANDBOX_ERROR: never scored as FAIL), with build and episode times. A do-nothing
+FAIL counts as the tests' verdict only when the test output shows the test
+runner judging (a pytest summary, or test.sh's own exit after its checks); the
+others are listed so a reader can see each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from environments import terminal_tasks  # noqa: E402
+from environments.containers import engine as engine_mod  # noqa: E402
+from environments.verdicts import Verdict  # noqa: E402
+
+
+def task_folders(roots: list[str], limit_per_root: int | None = None) -> list[str]:
+    out = []
+    for root in roots:
+        root = os.path.abspath(root)
+        if os.path.isfile(os.path.join(root, "instruction.md")) or os.path.isdir(os.path.join(root, "tests")):
+            out.append(root)
+            continue
+        subs = sorted(os.path.join(root, d) for d in os.listdir(root)
+                      if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
+        out += subs[:limit_per_root] if limit_per_root else subs
+    return out
+
+
+def _category(reason: str) -> str:
+    """A short group name for a refusal reason."""
+    rules = (
+        (r"no local stand-in for base image", "base image without a local stand-in"),
+        (r"missing tests/test\.sh", "no tests/test.sh"),
+        (r"missing instruction\.md", "no instruction.md"),
+        (r"ran past|took over", "build ran past its time limit"),
+        (r"COPY|ADD|no such file or directory|checking context", "Dockerfile COPY source missing"),
+        (r"Could not resolve|Failed to connect|Connection refused|unable to access|SSL|certificate|403|404", "build needs a host other than the package registries"),
+        (r"Unable to locate package|has no installation candidate|E: Package", "apt package not in the stand-in distribution"),
+        (r"pip|No matching distribution|metadata-generation|wheel", "pip install failed in the build"),
+    )
+    for pattern, name in rules:
+        if re.search(pattern, reason, re.I):
+            return name
+    return "other"
+
+
+def run_task(path: str, engine: engine_mod.Engine, build_timeout: float) -> dict:
+    row: dict = {"task": os.path.relpath(path, os.path.dirname(os.path.dirname(path))), "path": path}
+    try:
+        folder = terminal_tasks.load_task_folder(path)
+    except terminal_tasks.TaskFolderError as e:
+        return {**row, "stage": "load", "reason": str(e)}
+    row["has_reference"] = folder.solution is not None
+    folder = type(folder)(**{**folder.__dict__, "build_timeout_s": min(folder.build_timeout_s, build_timeout)})
+    built = terminal_tasks.build_task(folder, engine)
+    row.update(build_s=round(built.seconds, 1), cached=built.cached)
+    if built.error is not None:
+        return {**row, "stage": "build", "reason": built.error, "log": built.log_path}
+    domain = terminal_tasks.TerminalTaskDomain(folder, engine=engine)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    if folder.solution is not None:
+        start = time.monotonic()
+        task = domain.sample(rng)
+        why = domain._start(task.hidden)
+        if why is not None:
+            row.update(reference="SANDBOX_ERROR", reference_why=why)
+        else:
+            try:
+                ran = domain.run_reference(task.hidden)
+                grade = domain._verify(task.hidden)
+                row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
+                           reference_ran=ran.exit_code, reference_output=ran.output[-400:])
+            except engine_mod.EngineError as e:
+                task.hidden.close(engine)
+                row.update(reference="SANDBOX_ERROR", reference_why=str(e)[:300])
+        row["reference_s"] = round(time.monotonic() - start, 1)
+    start = time.monotonic()
+    task = domain.sample(rng)
+    grade = domain.grade(task, terminal_tasks.DONE)
+    row.update(noop=grade.verdict.value, noop_why=grade.feedback[:300], noop_s=round(time.monotonic() - start, 1),
+               noop_judged=terminal_tasks.tests_judged(task.hidden.test_output or "") or "pytest" not in (task.hidden.test_output or "pytest"),
+               noop_tail=(task.hidden.test_output or "")[-600:])
+    row["stage"] = "ran"
+    return row
+
+
+def report(rows: list[dict]) -> None:
+    n = len(rows)
+    refused = [r for r in rows if r["stage"] in ("load", "build")]
+    ran = [r for r in rows if r["stage"] == "ran"]
+    with_ref = [r for r in rows if r.get("has_reference")]
+    validated = [r for r in ran if r.get("reference") == "PASS" and r.get("noop") == "FAIL"]
+    infra = {"VERIFIER_ERROR", "SANDBOX_ERROR"}
+    print(f"\ntask folders: {n}; built {sum(r['stage'] == 'ran' for r in rows)}; refused {len(refused)}")
+    groups = collections.Counter(_category(r["reason"]) for r in refused)
+    for name, count in groups.most_common():
+        print(f"  refused  {count:3d}  {name}")
+    for r in refused:
+        print(f"    {r['task']}: [{r['stage']}] {r['reason'][:200]}")
+    ref_ran = [r for r in ran if r.get("has_reference")]
+    print(f"reference solutions: {len(with_ref)} tasks have one; ran {len(ref_ran)}; "
+          f"PASS {sum(r.get('reference') == 'PASS' for r in ref_ran)}; "
+          + ", ".join(f"{v} {c}" for v, c in collections.Counter(r.get('reference') for r in ref_ran if r.get('reference') != 'PASS').items()))
+    for r in ref_ran:
+        if r.get("reference") != "PASS":
+            print(f"    {r['task']}: reference {r.get('reference')}: {r.get('reference_why', '')[:200]}")
+    noop = collections.Counter(r.get("noop") for r in ran)
+    judged = sum(r.get("noop") == "FAIL" and r.get("noop_judged") for r in ran)
+    print(f"do-nothing answers: {len(ran)} run; " + ", ".join(f"{v} {c}" for v, c in noop.most_common())
+          + f"; FAIL with the test runner's own verdict in its output: {judged}")
+    for r in ran:
+        if r.get("noop") == "FAIL" and not r.get("noop_judged"):
+            print(f"    {r['task']}: do-nothing FAIL without a test-runner summary: {r['noop_tail'][-200:]!r}")
+        elif r.get("noop") != "FAIL":
+            print(f"    {r['task']}: do-nothing {r.get('noop')}: {r.get('noop_why', '')[:200]}")
+    print(f"infrastructure failures (never scored FAIL): reference {sum(r.get('reference') in infra for r in ran)}, "
+          f"do-nothing {sum(r.get('noop') in infra for r in ran)}")
+    pct = 100.0 * len(validated) / max(1, len(with_ref))
+    print(f"VALIDATED (reference PASS and do-nothing FAIL by the tests): {len(validated)}/{len(with_ref)} "
+          f"of the tasks with a reference solution ({pct:.1f}%)")
+    fresh = [r["build_s"] for r in rows if "build_s" in r and not r.get("cached")]
+    cached = [r["build_s"] for r in rows if "build_s" in r and r.get("cached")]
+
+    def spread(xs: list[float]) -> str:
+        return f"median {statistics.median(xs):.1f} s (min {min(xs):.1f}, max {max(xs):.1f}, n={len(xs)})" if xs else "none"
+
+    print(f"build: cold {spread(fresh)}; cached {spread(cached)}")
+    print(f"reference episode (start, solve.sh, tests): {spread([r['reference_s'] for r in ran if 'reference_s' in r])}")
+    print(f"do-nothing episode (start, tests): {spread([r['noop_s'] for r in ran if 'noop_s' in r])}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("roots", nargs="+")
+    parser.add_argument("--limit_per_root", type=int, default=None, help="the first N task folders of each root, by name")
+    parser.add_argument("--build_timeout", type=float, default=900.0, help="cap on each build (s)")
+    parser.add_argument("--json", default=None, help="write every row here")
+    args = parser.parse_args()
+    why = engine_mod.available()
+    if why:
+        print(f"containers unavailable: {why}", file=sys.stderr)
+        return 2
+    engine = engine_mod.Engine()
+    paths = task_folders(args.roots, args.limit_per_root)
+    rows = []
+    for i, path in enumerate(paths, 1):
+        row = run_task(path, engine, args.build_timeout)
+        rows.append(row)
+        status = row.get("reason", "")[:90] if row["stage"] != "ran" else f"reference {row.get('reference', '-')}, do-nothing {row.get('noop')}"
+        print(f"[{i}/{len(paths)}] {row['task']}: {row['stage']} {row.get('build_s', '')}s  {status}", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+    report(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Base images from a distribution archive, tagged with the public names tasks use.
+
+A task's Dockerfile starts `FROM python:3.13-slim` or `FROM ubuntu:24.04`. With
+no registry reachable, rlpt builds local stand-ins with `mmdebstrap` from the
+Debian archive (which the set-up step can reach on every machine that can
+install Debian packages) and tags them with those names, so `FROM` resolves
+with `--pull=never`. Each stand-in is a Debian minbase with the packages the
+public image has (Python, pip and venv for `python:*`), the host's trusted CA
+certificates (so `RUN pip install` / `apt-get` in a task's Dockerfile reach
+the package registries through whatever TLS proxy the host trusts) and the
+CA environment variables pip, requests, curl, uv and node read.
+
+Stand-ins are not the public images: `python:3.12-slim` gets Debian 13's
+Python 3.13 (no Debian release ships 3.12) and `ubuntu:*` is Debian 13 (the
+Ubuntu archive keys are not in Debian). `python -m environments bases` lists
+what each name stands for. A machine with a registry can pull the real ones
+instead (`Engine(pull="missing")`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+from environments.containers.engine import Engine, EngineError
+
+DEBIAN = "http://deb.debian.org/debian"
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+RECIPE_LABEL = "rlpt.base"
+_CA_ENV = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+# What every stand-in has: the public images have these, and verifiers use them.
+_COMMON = ("ca-certificates", "bash", "coreutils", "curl", "procps", "tmux")
+_PYTHON = ("python3", "python3-pip", "python3-venv")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    suite: str  # Debian release
+    packages: tuple[str, ...]
+    python_links: bool = False  # python -> python3, pip -> pip3, no EXTERNALLY-MANAGED (as python:* images)
+    workdir: str = "/"
+
+    def key(self) -> str:
+        text = repr((self.suite, sorted(self.packages), self.python_links, self.workdir, _ca_digest()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _ca_digest() -> str:
+    try:
+        with open(HOST_CA_BUNDLE, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError:
+        return "none"
+
+
+_PY_BOOKWORM = Recipe("bookworm", _COMMON + _PYTHON, python_links=True)
+_PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True)
+_TRIXIE = Recipe("trixie", _COMMON)
+_BOOKWORM = Recipe("bookworm", _COMMON)
+
+# Public name (as `podman` normalises it) -> recipe. Tags without a registry are
+# docker.io/library names; suffixes (-slim, -bookworm, ...) are listed out.
+RECIPES: dict[str, Recipe] = {}
+for _v, _r in (("3.11", _PY_BOOKWORM), ("3.12", _PY_TRIXIE), ("3.13", _PY_TRIXIE)):
+    for _suffix in ("", "-slim", "-bookworm", "-slim-bookworm", "-trixie", "-slim-trixie"):
+        RECIPES[f"docker.io/library/python:{_v}{_suffix}"] = _r
+for _name in ("debian:bookworm", "debian:bookworm-slim", "debian:12", "debian:12-slim", "debian:stable-slim"):
+    RECIPES[f"docker.io/library/{_name}"] = _BOOKWORM
+for _name in ("debian:trixie", "debian:trixie-slim", "debian:13", "debian:13-slim", "debian:latest",
+              "ubuntu:24.04", "ubuntu:22.04", "ubuntu:noble", "ubuntu:jammy", "ubuntu:latest"):
+    RECIPES[f"docker.io/library/{_name}"] = _TRIXIE
+# Terminal-Bench 1's own base images.
+RECIPES["ghcr.io/laude-institute/t-bench/python-3-13:20250620"] = _PY_TRIXIE
+RECIPES["ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624"] = _TRIXIE
+RECIPES["ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest"] = _TRIXIE
+RECIPES["ghcr.io/laude-institute/t-bench/python-3-13:latest"] = _PY_TRIXIE
+
+
+def normalise(name: str) -> str:
+    """`python:3.13-slim` -> `docker.io/library/python:3.13-slim` (as podman resolves it)."""
+    name = name.strip()
+    if "@" in name:
+        name = name.split("@", 1)[0]
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        name = f"docker.io/library/{name}"
+    elif not ("." in first or ":" in first or first == "localhost"):
+        name = f"docker.io/{name}"
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
+def recipe_for(name: str) -> Recipe | None:
+    return RECIPES.get(normalise(name))
+
+
+def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
+    if shutil.which("mmdebstrap") is None:
+        raise EngineError("mmdebstrap is not installed (launch/setup_system.sh installs it)")
+    hooks = []
+    if os.path.isfile(HOST_CA_BUNDLE):
+        hooks += [f"--customize-hook=upload {HOST_CA_BUNDLE} /usr/local/share/ca-certificates/rlpt-host-trusted.crt",
+                  '--customize-hook=chroot "$1" update-ca-certificates --fresh >/dev/null 2>&1']
+    if recipe.python_links:
+        hooks.append('--customize-hook=chroot "$1" sh -c "rm -f /usr/lib/python3*/EXTERNALLY-MANAGED; '
+                     'ln -sf python3 /usr/bin/python; ln -sf pip3 /usr/bin/pip"')
+    # Images carry no apt caches; tasks run `apt-get update` first, as with the public images.
+    hooks.append('--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin')
+    cmd = ["mmdebstrap", "--variant=minbase", "--quiet", f"--include={','.join(recipe.packages)}",
+           *hooks, recipe.suite, tarball, DEBIAN]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    log.append(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise EngineError(f"mmdebstrap {recipe.suite} failed: {tail[:300]}")
+
+
+def ensure(names: list[str], engine: Engine | None = None, progress=print) -> dict[str, str]:
+    """Makes every public name in `names` that has a recipe resolvable locally,
+    building each recipe once; returns {normalised name: local image id or reason}."""
+    engine = engine or Engine()
+    out: dict[str, str] = {}
+    by_recipe: dict[Recipe, list[str]] = {}
+    for name in names:
+        norm = normalise(name)
+        recipe = RECIPES.get(norm)
+        if recipe is None:
+            out[norm] = f"no local stand-in for base image {name!r} (known: python:3.11-3.13, debian:12/13, ubuntu:22.04/24.04)"
+            continue
+        if engine.image_exists(norm) and _label(engine, norm) == recipe.key():
+            out[norm] = norm
+            continue
+        by_recipe.setdefault(recipe, []).append(norm)
+    for recipe, tags in by_recipe.items():
+        source = f"localhost/rlpt-base:{recipe.suite}-{recipe.key()}"
+        if not (engine.image_exists(source) and _label(engine, source) == recipe.key()):
+            progress(f"base image {recipe.suite} ({len(recipe.packages)} packages) for {', '.join(tags)}: building with mmdebstrap")
+            with tempfile.TemporaryDirectory(prefix="rlpt-base-") as tmp:
+                tarball = os.path.join(tmp, "rootfs.tar")
+                _mmdebstrap(recipe, tarball, [])
+                ca = HOST_CA_BUNDLE if os.path.isfile(HOST_CA_BUNDLE) else "/etc/ssl/certs/ca-certificates.crt"
+                changes = [f"ENV {k}={ca}" for k in _CA_ENV] + [
+                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    f"LABEL {RECIPE_LABEL}={recipe.key()}", f"WORKDIR {recipe.workdir}", 'CMD ["bash"]']
+                engine.import_rootfs(tarball, source, changes)
+        engine.tag(source, *tags)
+        for t in tags:
+            out[t] = t
+    return out
+
+
+def _label(engine: Engine, tag: str) -> str | None:
+    try:
+        return (engine._call(["image", "inspect", "--format", "{{index .Labels \"" + RECIPE_LABEL + "\"}}", tag], 60)
+                .stdout.decode().strip() or None)
+    except EngineError:
+        return None

@@ -1,0 +1,325 @@
+"""A task's image: its own Dockerfile, built once, plus what its tests fetch, baked in.
+
+`build(folder)` turns a task folder's `environment/` into a local image with
+podman, ahead of training and never during an episode:
+
+1. The Dockerfile's base images (`FROM`) are made resolvable locally
+   (`environments.containers.bases`: stand-ins from the Debian archive).
+2. `environment/` is built as published (`COPY`, `RUN apt-get`/`pip install`
+   reach the package registries through the host's trusted CAs). A folder
+   with no Dockerfile gets `FROM python:3.11-slim`, `WORKDIR /app` and its
+   `app/` copied there.
+3. A verifier-tools layer on top: `uv`/`uvx` from PyPI (the version the
+   task's `tests/test.sh` installs from astral.sh, else UV_VERSION) in
+   `/usr/local/bin` and `$HOME/.local/bin` with the installer's `env` file,
+   and the test script's own setup commands (`apt-get install`, `pip install`,
+   `uv pip install`, `uvx ... <tool>` run as `<tool> --version`) run once
+   with the network, so that at verification, with no network, they find
+   everything installed or cached. The task's files are not edited.
+
+The image is tagged `localhost/rlpt-task/<name>:<digest>`, the digest covering
+`environment/`, `tests/test.sh`, the base recipes and this module's tool
+version, so an unchanged task is not rebuilt (`cached` in the result).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+from environments.containers import bases
+from environments.containers.engine import Engine, EngineError
+
+UV_VERSION = "0.9.5"  # uv when a task's test.sh does not name one
+TOOLS_VERSION = "1"  # bump when the tools layer changes: every task image is rebuilt
+DEFAULT_BASE = "python:3.11-slim"
+CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rlpt", "containers")
+WARM_LOG = "/opt/rlpt-tools/warm.log"  # what the tools layer's set-up printed, inside the image
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """One task's build: the image tag, or why there is none."""
+
+    name: str
+    tag: str | None
+    seconds: float
+    cached: bool
+    error: str | None = None  # one line
+    log_path: str | None = None
+
+
+def _files(root: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, names in os.walk(root):
+        dirnames.sort()
+        out += [os.path.join(dirpath, n) for n in sorted(names)]
+    return out
+
+
+def digest(task_path: str) -> str:
+    """Content digest of what the image is built from."""
+    h = hashlib.sha256(f"rlpt-task-image {TOOLS_VERSION}\n".encode())
+    env = os.path.join(task_path, "environment")
+    for path in _files(env) if os.path.isdir(env) else []:
+        h.update(os.path.relpath(path, env).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    test_sh = os.path.join(task_path, "tests", "test.sh")
+    if os.path.isfile(test_sh):
+        with open(test_sh, "rb") as f:
+            h.update(b"test.sh\0" + f.read())
+    for name in base_images(task_path):
+        recipe = bases.recipe_for(name)
+        h.update(f"base {bases.normalise(name)} {recipe.key() if recipe else 'pulled'}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def tag_for(name: str, task_path: str) -> str:
+    return f"localhost/rlpt-task/{name}:{digest(task_path)}"
+
+
+def _dockerfile_text(task_path: str) -> str:
+    path = os.path.join(task_path, "environment", "Dockerfile")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    app = os.path.isdir(os.path.join(task_path, "environment", "app"))
+    return f"FROM {DEFAULT_BASE}\nWORKDIR /app\n" + ("COPY app/ /app/\n" if app else "")
+
+
+def base_images(task_path: str) -> list[str]:
+    """The external images a task's Dockerfile starts from (stages it names are not)."""
+    text = re.sub(r"\\\s*\n", " ", _dockerfile_text(task_path))
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    out: list[str] = []
+    for line in text.splitlines():
+        words = line.strip().split()
+        if not words:
+            continue
+        op = words[0].upper()
+        if op == "ARG" and len(words) > 1 and "=" in words[1]:
+            k, v = words[1].split("=", 1)
+            args.setdefault(k, v.strip("\"'"))
+        elif op == "FROM":
+            rest = [w for w in words[1:] if not w.startswith("--")]
+            if not rest:
+                continue
+            image = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), rest[0])
+            if len(rest) >= 3 and rest[1].upper() == "AS":
+                stages.add(rest[2].lower())
+            if image.lower() not in stages and image.lower() != "scratch" and image not in out:
+                out.append(image)
+    return out
+
+
+# ------------------------------------------------------------ verifier tools
+
+
+def _uv_version(test_sh: str) -> str:
+    m = re.search(r"astral\.sh/uv/(\d+\.\d+\.\d+)/install\.sh", test_sh)
+    return m.group(1) if m else UV_VERSION
+
+
+def _uv_binaries(version: str) -> str:
+    """A folder holding uv and uvx of `version` for this machine, from PyPI (cached)."""
+    machine = platform.machine()
+    dest = os.path.join(CACHE_DIR, "uv", f"{version}-{machine}")
+    if os.path.isfile(os.path.join(dest, "uvx")):
+        return dest
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
+        plat = {"x86_64": "manylinux_2_17_x86_64", "aarch64": "manylinux_2_17_aarch64"}.get(machine, machine)
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+               f"--platform={plat}", "--python-version=3.11", f"uv=={version}", "-d", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+        if proc.returncode != 0 or not wheels:
+            raise EngineError(f"cannot download uv {version} from PyPI: {(proc.stderr.strip().splitlines() or ['no wheel'])[-1][:200]}")
+        stage = os.path.join(tmp, "bin")
+        os.makedirs(stage)
+        with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
+            for member in z.namelist():
+                if re.fullmatch(r"uv-[^/]+\.data/scripts/(uv|uvx)", member):
+                    target = os.path.join(stage, os.path.basename(member))
+                    with z.open(member) as src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out)
+                    os.chmod(target, 0o755)
+        if not os.path.isfile(os.path.join(stage, "uvx")):
+            raise EngineError(f"the uv {version} wheel holds no uv/uvx binaries")
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.move(stage, dest)
+    return dest
+
+
+_UVX_VALUE_OPTIONS = {"-p", "--python", "-w", "--with", "--from", "--with-requirements", "--with-editable",
+                      "--index", "--index-url", "--extra-index-url", "-i", "--find-links", "-f", "--constraints",
+                      "-c", "--overrides", "--python-platform", "--cache-dir"}
+
+
+def _uvx_warm(words: list[str]) -> list[str] | None:
+    """`uvx [opts] tool args...` -> `uvx [opts] tool --version` (resolves and caches the tool)."""
+    i = 1
+    while i < len(words):
+        w = words[i]
+        if w in _UVX_VALUE_OPTIONS:
+            i += 2
+        elif w.startswith("-"):
+            i += 1
+        else:
+            return words[: i + 1] + ["--version"]
+    return None
+
+
+def warm_script(test_sh: str) -> str:
+    """The set-up commands of a test script, to run once at build time with the network."""
+    joined = re.sub(r"\\\s*\n", " ", test_sh)
+    lines = []
+    for raw in joined.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        for part in re.split(r"\s*(?:&&|\|\||;)\s*", line):
+            try:
+                words = shlex.split(part, posix=True)
+            except ValueError:
+                continue
+            while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+                words = words[1:]
+            if words and words[0] in ("sudo", "command"):
+                words = words[1:]
+            if not words:
+                continue
+            head = os.path.basename(words[0])
+            cmd = None
+            if head in ("apt-get", "apt") and len(words) > 1 and words[1] in ("update", "install"):
+                cmd = words + (["-y"] if words[1] == "install" and "-y" not in words else [])
+            elif head in ("pip", "pip3") and "install" in words[1:2]:
+                cmd = words
+            elif re.fullmatch(r"python[\d.]*", head) and words[1:4] == ["-m", "pip", "install"]:
+                cmd = words
+            elif head == "uv" and len(words) > 1 and (words[1] in ("pip", "venv", "init", "add", "sync", "tool")):
+                cmd = words
+            elif head == "uvx":
+                cmd = _uvx_warm(words)
+            elif head == "uv" and words[1:3] == ["tool", "run"]:
+                cmd = _uvx_warm(["uvx", *words[3:]])
+            elif head in ("source", ".") and len(words) == 2 and words[1].endswith(".local/bin/env"):
+                cmd = words
+            if cmd:
+                lines.append(" ".join(shlex.quote(w) if not w.startswith("$") else w for w in cmd))
+    versions = sorted({m.group(2) for m in re.finditer(r"(?:^|\s)(-p|--python)[ =](3\.\d+)\b", joined)})
+    if lines and any(ln.split()[0] in ("uv", "uvx") for ln in lines):
+        # uv would download a managed CPython from GitHub; the distribution's Python stands in for it.
+        wanted = " ".join(f"python{v} python{v}-venv" for v in versions) or "python3 python3-venv"
+        probe = " && ".join(f"command -v python{v}" for v in versions) or "command -v python3"
+        lines.insert(0, f"({probe}) >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq {wanted})")
+    body = "".join(f"echo '+ {ln.replace(chr(39), '')[:200]}'; {ln} || echo 'rlpt-warm: failed ({ln.replace(chr(39), '')[:120]})'\n"
+                   for ln in lines)
+    return "set +e\nexport DEBIAN_FRONTEND=noninteractive\n" + body
+
+
+def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict) -> str:
+    test_sh_path = os.path.join(task_path, "tests", "test.sh")
+    with open(test_sh_path, encoding="utf-8", errors="replace") as f:
+        test_sh = f.read()
+    tools = os.path.join(ctx, "rlpt-tools")
+    os.makedirs(os.path.join(tools, "bin"))
+    uv = _uv_binaries(_uv_version(test_sh))
+    for b in ("uv", "uvx"):
+        shutil.copy2(os.path.join(uv, b), os.path.join(tools, "bin", b))
+    env_file = 'case ":${PATH}:" in *:"$HOME/.local/bin":*) ;; *) export PATH="$HOME/.local/bin:$PATH" ;; esac\n'
+    with open(os.path.join(tools, "env"), "w") as f:
+        f.write(env_file)
+    install = (
+        "set -e\n"
+        "cp /opt/rlpt-tools/bin/uv /opt/rlpt-tools/bin/uvx /usr/local/bin/\n"
+        'for h in /root "$HOME"; do mkdir -p "$h/.local/bin" && cp /opt/rlpt-tools/bin/uv /opt/rlpt-tools/bin/uvx '
+        '/opt/rlpt-tools/env "$h/.local/bin/"; done\n'
+    )
+    with open(os.path.join(tools, "install.sh"), "w") as f:
+        f.write(install)
+    with open(os.path.join(tools, "warm.sh"), "w") as f:
+        f.write(warm_script(test_sh))
+    shutil.copytree(os.path.join(task_path, "tests"), os.path.join(ctx, "tests"), symlinks=True)
+    user = config.get("User") or ""
+    workdir = config.get("WorkingDir") or "/"
+    lines = [
+        f"FROM {env_tag}",
+        "USER root",
+        "COPY rlpt-tools/ /opt/rlpt-tools/",
+        "RUN sh /opt/rlpt-tools/install.sh",
+        "COPY tests/ /tests/",
+        # The test script's own set-up, with the network, once: at verification it finds all of it.
+        f"RUN mkdir -p /logs/verifier && cd /tmp && UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy "
+        f"bash /opt/rlpt-tools/warm.sh > {WARM_LOG} 2>&1; rm -rf /tests /logs; true",
+        f"WORKDIR {workdir}",
+    ]
+    if user:
+        lines.append(f"USER {user}")
+    with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return ctx
+
+
+def _reason(output: str) -> str:
+    """One line saying why a build failed."""
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith("Error:") or "error" in ln.lower():
+            return ln[:300]
+    return (lines[-1] if lines else "no output")[:300]
+
+
+def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: float = 1800.0,
+          log_dir: str | None = None, progress=None) -> Built:
+    """Builds (or finds cached) the image of one task folder."""
+    engine = engine or Engine()
+    start = time.monotonic()
+    tag = tag_for(name, task_path)
+    if engine.image_exists(tag):
+        return Built(name, tag, time.monotonic() - start, cached=True)
+    log_dir = log_dir or os.path.join(CACHE_DIR, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    log_path = os.path.join(log_dir, f"{name}.log")
+    try:
+        for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None)).items():
+            if got != image and engine.pull == "never":
+                return Built(name, None, time.monotonic() - start, False, got, None)
+        env_tag = f"localhost/rlpt-task-env/{name}:{digest(task_path)}"
+        env_dir = os.path.join(task_path, "environment")
+        with tempfile.TemporaryDirectory(prefix="rlpt-build-") as tmp:
+            if os.path.isfile(os.path.join(env_dir, "Dockerfile")):
+                context, dockerfile = env_dir, None
+            else:
+                context = os.path.join(tmp, "env")
+                if os.path.isdir(env_dir):
+                    shutil.copytree(env_dir, context, symlinks=True)
+                else:
+                    os.makedirs(context)
+                dockerfile = os.path.join(tmp, "Dockerfile.implicit")
+                with open(dockerfile, "w") as f:
+                    f.write(_dockerfile_text(task_path))
+            ok, out = engine.build(context, env_tag, timeout_s, dockerfile=dockerfile, log_path=log_path)
+            if not ok:
+                return Built(name, None, time.monotonic() - start, False, f"the task's Dockerfile failed: {_reason(out)}", log_path)
+            ctx = _tools_context(os.path.join(tmp, "tools"), task_path, env_tag, engine.image_config(env_tag))
+            ok, out2 = engine.build(ctx, tag, timeout_s, log_path=log_path + ".tools")
+            if not ok:
+                return Built(name, None, time.monotonic() - start, False, f"the verifier tools layer failed: {_reason(out2)}", log_path + ".tools")
+        engine.remove_image(env_tag)  # the task image's layers keep it; only the name goes
+        return Built(name, tag, time.monotonic() - start, cached=False, log_path=log_path)
+    except EngineError as e:
+        return Built(name, None, time.monotonic() - start, False, str(e)[:300], log_path)
