@@ -7,7 +7,7 @@ Folder format (one task per folder; unknown files and keys are ignored):
     <task>/tests/test.sh         required: run after the episode (see Verification)
     <task>/environment/Dockerfile  the task's environment, built with podman
                                  (`python -m environments build <folder>`); a
-                                 folder without one gets `FROM python:3.11-slim`,
+                                 folder without one gets `FROM python:3.13-slim`,
                                  `WORKDIR /app` and its environment/app/ copied there
     <task>/solution/solve.sh     optional: the reference solution (demonstration)
     <task>/task.toml             optional: [metadata] difficulty ("easy" |
@@ -118,6 +118,12 @@ class TaskFolder:
     resources: engine_mod.Resources = engine_mod.Resources()
     verifier_env: tuple[tuple[str, str], ...] = ()
     build_timeout_s: float = 1800.0
+    workdir: str | None = None  # [environment] workdir, else the image's WORKDIR
+    environment_env: tuple[tuple[str, str], ...] = ()  # [environment.env]: the container's variables
+    solution_env: tuple[tuple[str, str], ...] = ()  # [solution.env]: the reference run's
+    agent_user: str | None = None  # [agent] user: who runs the model's commands (else the image's USER)
+    verifier_user: str | None = None  # [verifier] user
+    healthcheck: tuple[str, float, float] | None = None  # [environment.healthcheck]: command, seconds to wait, interval
 
 
 def _read_text(path: str, what: str) -> str:
@@ -177,6 +183,11 @@ def load_task_folder(path: str) -> TaskFolder:
         return meta.get(key) if isinstance(meta.get(key), dict) else {}
 
     metadata, agent, verifier, environment = table("metadata"), table("agent"), table("verifier"), table("environment")
+    if os.path.isdir(os.path.join(path, "steps")):
+        raise TaskFolderError(f"multi-step tasks (steps/) are not supported: {path}")
+    if verifier.get("environment_mode", "shared") != "shared":
+        raise TaskFolderError(f"{toml_path}: [verifier] environment_mode = {verifier['environment_mode']!r} "
+                              "(a separate verifier container) is not supported; 'shared' is")
     difficulty = str(metadata.get("difficulty", "medium")).lower()
     if difficulty not in DIFFICULTIES:
         raise TaskFolderError(f"{toml_path}: difficulty {difficulty!r} is not one of {DIFFICULTIES}")
@@ -192,14 +203,35 @@ def load_task_folder(path: str) -> TaskFolder:
     command_default = agent_timeout if agent_timeout is not None else DEFAULT_COMMAND_TIMEOUT_S
     command_timeout = min(_number(agent, "command_timeout_sec", command_default, toml_path), agent_timeout or MAX_TIMEOUT_S)
     verifier_timeout = min(_number(verifier, "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S, toml_path), MAX_TIMEOUT_S)
-    venv = verifier.get("env") if isinstance(verifier.get("env"), dict) else {}
+    def env_of(t: dict) -> tuple[tuple[str, str], ...]:
+        return tuple((str(k), str(v)) for k, v in (t.get("env") if isinstance(t.get("env"), dict) else {}).items())
+
+    health = environment.get("healthcheck") if isinstance(environment.get("healthcheck"), dict) else None
+    healthcheck = None
+    if health and health.get("command"):
+        interval = _number(health, "interval_sec", 2, toml_path)
+        wait = _number(health, "start_period_sec", 5, toml_path) + interval * (1 + int(health.get("retries", 3)))
+        healthcheck = (str(health["command"]), min(wait, MAX_TIMEOUT_S), interval)
+    workdir = environment.get("workdir")
+    if workdir is not None and not (isinstance(workdir, str) and workdir.startswith("/")):
+        raise TaskFolderError(f"{toml_path}: [environment] workdir must be an absolute path, got {workdir!r}")
     cpus = min(_number(environment, "cpus", 1, toml_path), float(os.cpu_count() or 1))
     resources = engine_mod.Resources(cpus=cpus, memory_mb=_memory_mb(environment, toml_path))
     build_timeout = min(_number(environment, "build_timeout_sec", 1800, toml_path), MAX_TIMEOUT_S)
     solve = os.path.join(path, "solution", "solve.sh")
     solution = _read_text(solve, "solution/solve.sh").strip() if os.path.isfile(solve) else None
     return TaskFolder(name, path, instruction, difficulty, tags, max_turns, command_timeout, verifier_timeout,
-                      solution, agent_timeout, resources, tuple((str(k), str(v)) for k, v in venv.items()), build_timeout)
+                      solution, agent_timeout, resources, env_of(verifier), build_timeout, workdir, env_of(environment),
+                      env_of(table("solution")), _user(agent, toml_path), _user(verifier, toml_path), healthcheck)
+
+
+def _user(t: dict, where: str) -> str | None:
+    user = t.get("user")
+    if user is None:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_.-]+)?", str(user)):
+        raise TaskFolderError(f"{where}: user must be a user name or uid, got {user!r}")
+    return str(user)
 
 
 def build_task(folder: TaskFolder, engine: engine_mod.Engine | None = None) -> images.Built:
@@ -296,14 +328,30 @@ class TerminalTaskDomain(Domain):
                     f"`python -m environments build {self.folder.path}` before training")
         name = f"rlpt-{self.folder.name[:40]}-{uuid.uuid4().hex[:10]}"
         try:
-            container = self.engine.start(self.image, name, self.folder.resources, self._lifetime_s())
             config = self.engine.image_config(self.image)
+            container = self.engine.start(self.image, name, self.folder.resources, self._lifetime_s(),
+                                          env=dict(self.folder.environment_env), keep_entrypoint=bool(config.get("Entrypoint")))
         except engine_mod.EngineError as e:
             return str(e)
         episode.container = container
-        episode.workdir = config.get("WorkingDir") or "/"
+        episode.workdir = self.folder.workdir or config.get("WorkingDir") or "/"
         # An episode dropped mid-way (a reset, a crashed rollout) still frees its container.
         episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, container)
+        try:
+            prepare = self.engine.exec(container, f"mkdir -p {LOGS_PATH}/agent {LOGS_PATH}/verifier {shlex.quote(episode.workdir)} && "
+                                       f"chmod 777 {LOGS_PATH} {LOGS_PATH}/agent\n", 60, user="0")
+            if prepare.exit_code != 0:
+                raise engine_mod.EngineError(f"cannot prepare {LOGS_PATH}: {prepare.output.strip()[-200:]}")
+            if self.folder.healthcheck is not None:
+                command, wait_s, interval_s = self.folder.healthcheck
+                deadline = time.monotonic() + wait_s
+                while self.engine.exec(container, command + "\n", max(1.0, interval_s), user="0").exit_code != 0:
+                    if time.monotonic() > deadline:
+                        raise engine_mod.EngineError(f"the task's healthcheck ({command}) did not pass in {wait_s:g}s")
+                    time.sleep(interval_s)
+        except engine_mod.EngineError as e:
+            episode.close(self.engine)
+            return str(e)
         return None
 
     def _command_limit(self, episode: _Episode) -> float:
@@ -311,8 +359,9 @@ class TerminalTaskDomain(Domain):
         left = float("inf") if budget is None else budget - episode.command_s
         return max(0.0, min(self.folder.command_timeout_s, left))
 
-    def _exec(self, episode: _Episode, script: str, timeout_s: float, env: dict[str, str] | None = None) -> engine_mod.Exec:
-        return self.engine.exec(episode.container, script, timeout_s, env=env, workdir=episode.workdir)
+    def _exec(self, episode: _Episode, script: str, timeout_s: float, env: dict[str, str] | None = None,
+              user: str | None = None) -> engine_mod.Exec:
+        return self.engine.exec(episode.container, script, timeout_s, env=env, workdir=episode.workdir, user=user)
 
     def grade(self, task: Task, answer: str) -> Grade | ToolReply:
         episode: _Episode = task.hidden
@@ -329,7 +378,7 @@ class TerminalTaskDomain(Domain):
         if command and self._command_limit(episode) > 0:
             limit = self._command_limit(episode)
             try:
-                result = self._exec(episode, command + "\n", limit)
+                result = self._exec(episode, command + "\n", limit, user=self.folder.agent_user)
             except engine_mod.EngineError as e:
                 episode.close(self.engine)
                 return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure: {e}")
@@ -348,7 +397,8 @@ class TerminalTaskDomain(Domain):
         """Runs solution/ as Harbor's oracle does: copied to /solution, `bash /solution/solve.sh`."""
         self.engine.copy_in(episode.container, os.path.join(self.folder.path, "solution"), SOLUTION_PATH)
         budget = self.folder.agent_timeout_s or MAX_TIMEOUT_S
-        return self._exec(episode, f"bash {SOLUTION_PATH}/solve.sh\n", budget)
+        return self._exec(episode, f"bash {SOLUTION_PATH}/solve.sh\n", budget, env=dict(self.folder.solution_env),
+                          user=self.folder.agent_user)
 
     def _verify(self, episode: _Episode) -> Grade:
         try:
@@ -361,11 +411,12 @@ class TerminalTaskDomain(Domain):
     def _verify_in(self, episode: _Episode) -> Grade:
         ctr = episode.container
         # Whatever the model left at these paths is replaced by the task's own files.
-        self._exec(episode, f"rm -rf {TESTS_PATH} {LOGS_PATH}/verifier; mkdir -p {LOGS_PATH}/verifier {LOGS_PATH}/agent\n", 60)
+        self._exec(episode, f"rm -rf {TESTS_PATH} {LOGS_PATH}/verifier; mkdir -p {LOGS_PATH}/verifier {LOGS_PATH}/agent\n", 60, user="0")
         self.engine.copy_in(ctr, os.path.join(self.folder.path, "tests"), TESTS_PATH)
         env = {**OFFLINE_ENV, "TEST_DIR": TESTS_PATH, "TESTS_DIR": TESTS_PATH, "LOGS_DIR": LOGS_PATH,
                "APP_DIR": episode.workdir, **dict(self.folder.verifier_env)}
-        result = self._exec(episode, f"bash {TESTS_PATH}/test.sh\n", self.folder.verifier_timeout_s, env=env)
+        result = self._exec(episode, f"bash {TESTS_PATH}/test.sh\n", self.folder.verifier_timeout_s, env=env,
+                            user=self.folder.verifier_user)
         episode.test_output = result.output
         if result.timed_out:
             return Grade(Verdict.TIMEOUT, 0.0, f"the tests ran past {self.folder.verifier_timeout_s:g}s")
@@ -427,7 +478,8 @@ _HARNESS_FAILURES = (
 # A test runner's own summary: the tests ran and judged, whatever failed before them
 # (test.sh's `curl .../install.sh | sh` prints "Could not resolve host" offline even
 # when the tools it would fetch are already in the image).
-_RUNNER_VERDICT = re.compile(r"^=+ .*\b(\d+ (passed|failed|errors?|skipped|xfailed|xpassed)|no tests ran)\b.* in [\d.]+s", re.M)
+_RUNNER_VERDICT = re.compile(r"^(=+ )?(\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)(, )?)+"
+                             r"( in [\d.]+s)|^=+ no tests ran in [\d.]+s", re.M)
 
 
 def tests_judged(output: str) -> bool:

@@ -47,3 +47,21 @@ def _module_domains_do_not_leak():
   for domain_id in {s.id for s in registry.list_domains()} - before:
     if not bounded.is_bounded_id(domain_id):  # cuts stay: cached selections name them
       registry.unregister(domain_id)
+
+
+@pytest.fixture(scope="session")
+def tbench_images():
+  """Builds the images of the shipped terminal tasks (cached by content) once per
+  session. Without a container engine the tests that need it are skipped, unless
+  RLPT_REQUIRE_CONTAINERS=1 (CI sets it: there a missing engine is a failure)."""
+  from environments import registry, terminal_tasks
+  from environments.containers import engine
+  why = engine.available()
+  if why is not None:
+    if os.environ.get("RLPT_REQUIRE_CONTAINERS") == "1":
+      pytest.fail(f"containers are required here (RLPT_REQUIRE_CONTAINERS=1): {why}")
+    pytest.skip(f"no container engine: {why}")
+  for domain_id in terminal_tasks.BUILTIN_IDS:
+    built = terminal_tasks.build_task(registry.domain(domain_id).folder)
+    assert built.error is None, (domain_id, built.error, built.log_path)
+  return terminal_tasks.BUILTIN_IDS

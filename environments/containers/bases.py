@@ -22,13 +22,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import platform
+import re
 import shutil
 import subprocess
+import sys
+import tarfile
 import tempfile
+import zipfile
 
 from environments.containers.engine import Engine, EngineError
 
 DEBIAN = "http://deb.debian.org/debian"
+UV_VERSION = "0.9.5"  # uv when a task names none (its test.sh's installer URL, or an image tag)
+CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rlpt", "containers")
+_UV_IMAGE = re.compile(r"ghcr\.io/astral-sh/uv:(latest|\d+\.\d+\.\d+)")
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 RECIPE_LABEL = "rlpt.base"
 _CA_ENV = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
@@ -99,6 +107,54 @@ def recipe_for(name: str) -> Recipe | None:
     return RECIPES.get(normalise(name))
 
 
+def known(name: str) -> bool:
+    """Whether `name` has a local stand-in (a Debian recipe, or astral's uv image)."""
+    return recipe_for(name) is not None or _UV_IMAGE.fullmatch(normalise(name)) is not None
+
+
+def uv_binaries(version: str) -> str:
+    """A folder holding uv and uvx of `version` for this machine, from PyPI (cached)."""
+    machine = platform.machine()
+    dest = os.path.join(CACHE_DIR, "uv", f"{version}-{machine}")
+    if os.path.isfile(os.path.join(dest, "uvx")):
+        return dest
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
+        plat = {"x86_64": "manylinux_2_17_x86_64", "aarch64": "manylinux_2_17_aarch64"}.get(machine, machine)
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+               f"--platform={plat}", "--python-version=3.11", f"uv=={version}", "-d", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+        if proc.returncode != 0 or not wheels:
+            raise EngineError(f"cannot download uv {version} from PyPI: {(proc.stderr.strip().splitlines() or ['no wheel'])[-1][:200]}")
+        stage = os.path.join(tmp, "bin")
+        os.makedirs(stage)
+        with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
+            for member in z.namelist():
+                if re.fullmatch(r"uv-[^/]+\.data/scripts/(uv|uvx)", member):
+                    target = os.path.join(stage, os.path.basename(member))
+                    with z.open(member) as src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out)
+                    os.chmod(target, 0o755)
+        if not os.path.isfile(os.path.join(stage, "uvx")):
+            raise EngineError(f"the uv {version} wheel holds no uv/uvx binaries")
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.move(stage, dest)
+    return dest
+
+
+def _uv_image(version: str, tag: str, engine: Engine) -> None:
+    """A stand-in for astral's distroless uv image: /uv and /uvx, from the PyPI wheel."""
+    folder = uv_binaries(version)
+    with tempfile.TemporaryDirectory(prefix="rlpt-uv-") as tmp:
+        tarball = os.path.join(tmp, "uv.tar")
+        with tarfile.open(tarball, "w") as tar:
+            for b in ("uv", "uvx"):
+                tar.add(os.path.join(folder, b), arcname=b)
+        engine.import_rootfs(tarball, tag, [f"LABEL {RECIPE_LABEL}=uv-{version}", 'ENTRYPOINT ["/uv"]'])
+
+
 def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
     if shutil.which("mmdebstrap") is None:
         raise EngineError("mmdebstrap is not installed (launch/setup_system.sh installs it)")
@@ -129,8 +185,16 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print) -> di
     for name in names:
         norm = normalise(name)
         recipe = RECIPES.get(norm)
+        uv = _UV_IMAGE.fullmatch(norm)
+        if uv is not None:
+            version = UV_VERSION if uv.group(1) == "latest" else uv.group(1)
+            if not (engine.image_exists(norm) and _label(engine, norm) == f"uv-{version}"):
+                progress(f"uv image {norm}: from the PyPI wheel of uv {version}")
+                _uv_image(version, norm, engine)
+            out[norm] = norm
+            continue
         if recipe is None:
-            out[norm] = f"no local stand-in for base image {name!r} (known: python:3.11-3.13, debian:12/13, ubuntu:22.04/24.04)"
+            out[norm] = f"no local stand-in for base image {name!r} (known: python:3.11-3.13, debian:12/13, ubuntu:22.04/24.04, ghcr.io/astral-sh/uv)"
             continue
         if engine.image_exists(norm) and _label(engine, norm) == recipe.key():
             out[norm] = norm

@@ -139,18 +139,23 @@ class Engine:
 
     # -------------------------------------------------------------- containers
 
-    def start(self, image: str, name: str, resources: Resources, lifetime_s: float, env: dict[str, str] | None = None) -> str:
+    def start(self, image: str, name: str, resources: Resources, lifetime_s: float, env: dict[str, str] | None = None,
+              keep_entrypoint: bool = False) -> str:
         """Starts a detached container with no network that removes itself after
-        `lifetime_s` even if this process dies; returns its id."""
+        `lifetime_s` even if this process dies; returns its id. With
+        `keep_entrypoint` the image's ENTRYPOINT runs (services a task starts
+        there) with `sleep <lifetime>` as its command, as Harbor runs tasks."""
         args = ["run", "--detach", "--rm", "--pull=never", "--network=none", "--name", name, "--label", f"{LABEL}=1",
-                "--init", "--entrypoint", "sleep", *resources.flags()]
+                "--init", *resources.flags()]
+        if not keep_entrypoint:
+            args += ["--entrypoint", "sleep"]
         for k, v in (env or {}).items():
             args += ["--env", f"{k}={v}"]
-        args += [image, f"{int(lifetime_s) + 1}"]
+        args += [image, *(["sleep"] if keep_entrypoint else []), f"{int(lifetime_s) + 1}"]
         return self._call(args, 120).stdout.decode().strip()
 
     def exec(self, container: str, script: str, timeout_s: float, env: dict[str, str] | None = None,
-             workdir: str | None = None, limit: int = 65536) -> Exec:
+             workdir: str | None = None, limit: int = 65536, user: str | None = None) -> Exec:
         """Runs `script` with bash (sh if the image has no bash) in the container.
         The timeout kills the command's whole process group inside the container."""
         args = ["exec", "--interactive"]
@@ -158,6 +163,8 @@ class Engine:
             args += ["--env", f"{k}={v}"]
         if workdir:
             args += ["--workdir", workdir]
+        if user:
+            args += ["--user", user]
         # `timeout` (coreutils or busybox) kills the script inside the container; the
         # host-side limit below is a backstop for an engine that hangs.
         seconds = max(1, int(round(timeout_s)))

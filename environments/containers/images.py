@@ -7,7 +7,7 @@ podman, ahead of training and never during an episode:
    (`environments.containers.bases`: stand-ins from the Debian archive).
 2. `environment/` is built as published (`COPY`, `RUN apt-get`/`pip install`
    reach the package registries through the host's trusted CAs). A folder
-   with no Dockerfile gets `FROM python:3.11-slim`, `WORKDIR /app` and its
+   with no Dockerfile gets `FROM python:3.13-slim`, `WORKDIR /app` and its
    `app/` copied there.
 3. A verifier-tools layer on top: `uv`/`uvx` from PyPI (the version the
    task's `tests/test.sh` installs from astral.sh, else UV_VERSION) in
@@ -27,23 +27,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import platform
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
-import zipfile
 
 from environments.containers import bases
 from environments.containers.engine import Engine, EngineError
 
-UV_VERSION = "0.9.5"  # uv when a task's test.sh does not name one
 TOOLS_VERSION = "1"  # bump when the tools layer changes: every task image is rebuilt
-DEFAULT_BASE = "python:3.11-slim"
-CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rlpt", "containers")
+DEFAULT_BASE = "python:3.13-slim"
+CACHE_DIR = bases.CACHE_DIR
 WARM_LOG = "/opt/rlpt-tools/warm.log"  # what the tools layer's set-up printed, inside the image
 
 
@@ -81,7 +76,7 @@ def digest(task_path: str) -> str:
             h.update(b"test.sh\0" + f.read())
     for name in base_images(task_path):
         recipe = bases.recipe_for(name)
-        h.update(f"base {bases.normalise(name)} {recipe.key() if recipe else 'pulled'}\n".encode())
+        h.update(f"base {bases.normalise(name)} {recipe.key() if recipe else bases.known(name)}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -121,6 +116,12 @@ def base_images(task_path: str) -> list[str]:
                 stages.add(rest[2].lower())
             if image.lower() not in stages and image.lower() != "scratch" and image not in out:
                 out.append(image)
+        elif op in ("COPY", "ADD"):
+            for w in words[1:]:
+                if w.startswith("--from="):
+                    image = w[len("--from="):]
+                    if not image.isdigit() and image.lower() not in stages and image not in out and (":" in image or "/" in image):
+                        out.append(image)
     return out
 
 
@@ -129,39 +130,7 @@ def base_images(task_path: str) -> list[str]:
 
 def _uv_version(test_sh: str) -> str:
     m = re.search(r"astral\.sh/uv/(\d+\.\d+\.\d+)/install\.sh", test_sh)
-    return m.group(1) if m else UV_VERSION
-
-
-def _uv_binaries(version: str) -> str:
-    """A folder holding uv and uvx of `version` for this machine, from PyPI (cached)."""
-    machine = platform.machine()
-    dest = os.path.join(CACHE_DIR, "uv", f"{version}-{machine}")
-    if os.path.isfile(os.path.join(dest, "uvx")):
-        return dest
-    os.makedirs(CACHE_DIR, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
-        plat = {"x86_64": "manylinux_2_17_x86_64", "aarch64": "manylinux_2_17_aarch64"}.get(machine, machine)
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-               f"--platform={plat}", "--python-version=3.11", f"uv=={version}", "-d", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
-        if proc.returncode != 0 or not wheels:
-            raise EngineError(f"cannot download uv {version} from PyPI: {(proc.stderr.strip().splitlines() or ['no wheel'])[-1][:200]}")
-        stage = os.path.join(tmp, "bin")
-        os.makedirs(stage)
-        with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
-            for member in z.namelist():
-                if re.fullmatch(r"uv-[^/]+\.data/scripts/(uv|uvx)", member):
-                    target = os.path.join(stage, os.path.basename(member))
-                    with z.open(member) as src, open(target, "wb") as out:
-                        shutil.copyfileobj(src, out)
-                    os.chmod(target, 0o755)
-        if not os.path.isfile(os.path.join(stage, "uvx")):
-            raise EngineError(f"the uv {version} wheel holds no uv/uvx binaries")
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.move(stage, dest)
-    return dest
+    return m.group(1) if m else bases.UV_VERSION
 
 
 _UVX_VALUE_OPTIONS = {"-p", "--python", "-w", "--with", "--from", "--with-requirements", "--with-editable",
@@ -210,12 +179,12 @@ def warm_script(test_sh: str) -> str:
                 cmd = words
             elif re.fullmatch(r"python[\d.]*", head) and words[1:4] == ["-m", "pip", "install"]:
                 cmd = words
-            elif head == "uv" and len(words) > 1 and (words[1] in ("pip", "venv", "init", "add", "sync", "tool")):
+            elif head == "uv" and words[1:3] == ["tool", "run"]:
+                cmd = _uvx_warm(["uvx", *words[3:]])
+            elif head == "uv" and len(words) > 1 and (words[1] in ("pip", "venv", "init", "add", "sync") or words[1:3] == ["tool", "install"]):
                 cmd = words
             elif head == "uvx":
                 cmd = _uvx_warm(words)
-            elif head == "uv" and words[1:3] == ["tool", "run"]:
-                cmd = _uvx_warm(["uvx", *words[3:]])
             elif head in ("source", ".") and len(words) == 2 and words[1].endswith(".local/bin/env"):
                 cmd = words
             if cmd:
@@ -231,13 +200,21 @@ def warm_script(test_sh: str) -> str:
     return "set +e\nexport DEBIAN_FRONTEND=noninteractive\n" + body
 
 
+def needs_tools(task_path: str) -> bool:
+    """Whether the task's test script installs or runs anything (uv, pip, apt) to bake in."""
+    path = os.path.join(task_path, "tests", "test.sh")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    return "uv" in re.findall(r"[A-Za-z_]+", text) or "uvx" in text or bool(warm_script(text).count("\n") > 2)
+
+
 def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict) -> str:
     test_sh_path = os.path.join(task_path, "tests", "test.sh")
     with open(test_sh_path, encoding="utf-8", errors="replace") as f:
         test_sh = f.read()
     tools = os.path.join(ctx, "rlpt-tools")
     os.makedirs(os.path.join(tools, "bin"))
-    uv = _uv_binaries(_uv_version(test_sh))
+    uv = bases.uv_binaries(_uv_version(test_sh))
     for b in ("uv", "uvx"):
         shutil.copy2(os.path.join(uv, b), os.path.join(tools, "bin", b))
     env_file = 'case ":${PATH}:" in *:"$HOME/.local/bin":*) ;; *) export PATH="$HOME/.local/bin:$PATH" ;; esac\n'
@@ -315,10 +292,14 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
             ok, out = engine.build(context, env_tag, timeout_s, dockerfile=dockerfile, log_path=log_path)
             if not ok:
                 return Built(name, None, time.monotonic() - start, False, f"the task's Dockerfile failed: {_reason(out)}", log_path)
-            ctx = _tools_context(os.path.join(tmp, "tools"), task_path, env_tag, engine.image_config(env_tag))
-            ok, out2 = engine.build(ctx, tag, timeout_s, log_path=log_path + ".tools")
-            if not ok:
-                return Built(name, None, time.monotonic() - start, False, f"the verifier tools layer failed: {_reason(out2)}", log_path + ".tools")
+            if needs_tools(task_path):
+                ctx = _tools_context(os.path.join(tmp, "tools"), task_path, env_tag, engine.image_config(env_tag))
+                ok, out2 = engine.build(ctx, tag, timeout_s, log_path=log_path + ".tools")
+                if not ok:
+                    return Built(name, None, time.monotonic() - start, False,
+                                 f"the verifier tools layer failed: {_reason(out2)}", log_path + ".tools")
+            else:
+                engine.tag(env_tag, tag)
         engine.remove_image(env_tag)  # the task image's layers keep it; only the name goes
         return Built(name, tag, time.monotonic() - start, cached=False, log_path=log_path)
     except EngineError as e:

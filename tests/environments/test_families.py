@@ -19,8 +19,10 @@ def test_catalogue_size_and_coverage():
 
 
 @pytest.mark.parametrize("domain_id", ALL)
-def test_every_domain_demonstration_passes_and_garbage_does_not(domain_id):
+def test_every_domain_demonstration_passes_and_garbage_does_not(domain_id, request):
     spec = registry.get(domain_id)
+    if spec.family == "tbench":
+        request.getfixturevalue("tbench_images")  # terminal tasks run in their built images
     env = gymnasium.make(domain_id)
     offered = getattr(registry.domain(domain_id), "splits", splits.SPLITS)  # eval-only benchmarks offer one
     for seed, split in ((0, "train"), (1, "eval")):

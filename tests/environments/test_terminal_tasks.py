@@ -1,28 +1,46 @@
-"""Terminal-Bench-layout task folders (environments.terminal_tasks) through the real env."""
+"""Terminal task folders (environments.terminal_tasks) in their own containers, through the real env.
+
+Every folder here is of our own making: absolute /app, /tests and /logs paths, a
+Dockerfile that COPYs and installs with apt and pip, test scripts that install
+pytest and uv at verification (offline by then), task.toml's timeouts and limits,
+harnesses that break (infrastructure, never FAIL) and references that fail.
+"""
 
 import os
+import subprocess
+import time
 
 import gymnasium
 import pytest
 
 import environments  # noqa: F401
-from environments import registry, sandbox, terminal_tasks
+from environments import registry, terminal_tasks
+from environments.containers import bases, engine, images
 from environments.terminal_tasks import TaskFolderError
 
 BUILTIN = terminal_tasks.BUILTIN_IDS
+pytestmark = pytest.mark.usefixtures("tbench_images")
 
 
 def _write(root, files):
     for rel, text in files.items():
         path = os.path.join(root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
+        with open(path, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
     return str(root)
 
 
 def _folder(tmp_path, name, test_sh='test -f "$APP_DIR/done.txt"\n', **extra):
     return _write(tmp_path / name, {"instruction.md": "Do the thing.\n", "tests/test.sh": test_sh, **extra})
+
+
+def _running(name_part):
+    out = subprocess.run(["podman", "ps", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
+    return [n for n in out.split() if name_part in n]
+
+
+# ------------------------------------------------------------------ shipped tasks
 
 
 def test_shipped_tasks_cover_every_difficulty():
@@ -49,19 +67,24 @@ def test_reference_solution_passes_and_no_op_fails(domain_id):
     assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL") and not step["infra_error"]
 
 
-def test_workspace_persists_across_turns_and_resets_between_episodes():
+def test_files_and_processes_persist_across_turns_and_each_episode_has_its_own_container():
     env = gymnasium.make("rlpt/tbench-hello-file-v0")
     env.reset(seed=0)
-    obs, *_ = env.step("mkdir -p d/empty && printf 'hi\\n' > d/f && chmod 755 d/f && ln -s d/f link")
-    assert "[exit 0]" in obs
-    obs, *_ = env.step("cat d/f; test -x d/f && echo executable; readlink link; test -d d/empty && echo dir")
-    assert "hi" in obs and "executable" in obs and "d/f" in obs and "dir" in obs
+    obs, *_ = env.step("pwd; mkdir -p d/empty && printf 'hi\\n' > d/f && chmod 755 d/f && ln -s d/f link\n"
+                       "nohup sleep 300 >/dev/null 2>&1 &")
+    assert "[exit 0] /app" in obs
+    obs, *_ = env.step("cat d/f; test -x d/f && echo executable; readlink link; test -d d/empty && echo dir; "
+                       "pgrep -x sleep >/dev/null && echo still-running")
+    assert all(w in obs for w in ("hi", "executable", "d/f", "dir", "still-running")), obs
+    container = env.unwrapped.task.hidden.container
+    assert container and _running("hello-file")
     env.reset(seed=0)
     obs, *_ = env.step("ls d")
     assert "[exit 2]" in obs and "No such file" in obs
+    assert env.unwrapped.task.hidden.container != container
 
 
-def test_turn_budget_runs_tests_on_the_last_turn():
+def test_turn_budget_runs_tests_on_the_last_turn_and_removes_the_container():
     spec = registry.get("rlpt/tbench-hello-file-v0")
     assert spec.max_turns == 4  # from its task.toml
     env = gymnasium.make(spec.id)
@@ -69,14 +92,16 @@ def test_turn_budget_runs_tests_on_the_last_turn():
     for _ in range(spec.max_turns - 1):
         _, reward, terminated, truncated, step = env.step("true")
         assert (reward, terminated, truncated, step["verdict"]) == (0.0, False, False, "TOOL")
+    episode = env.unwrapped.task.hidden
+    name = subprocess.run(["podman", "inspect", "--format", "{{.Name}}", episode.container], capture_output=True, text=True).stdout.strip()
     # The budget's last turn runs, then the tests (as when a Terminal-Bench agent times out).
     _, reward, terminated, _, step = env.step("echo 'Hello, world!' > hello.txt")
     assert (reward, terminated, step["verdict"], step["turns"]) == (1.0, True, "PASS", 4)
-    env.reset(seed=0)
-    for _ in range(spec.max_turns - 1):
-        env.step("true")
-    _, reward, terminated, _, step = env.step("true")
-    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL")
+    assert episode.container is None
+    deadline = time.monotonic() + 30
+    while _running(name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running(name)
     # A smaller budget from gymnasium.make truncates unscored.
     env = gymnasium.make(spec.id, max_turns=2)
     env.reset(seed=0)
@@ -88,170 +113,150 @@ def test_turn_budget_runs_tests_on_the_last_turn():
 def test_tests_are_hidden_during_the_episode_and_cannot_be_forged():
     env = gymnasium.make("rlpt/tbench-fix-python-stats-v0")
     env.reset(seed=0)
-    obs, *_ = env.step("ls -aR; find / -path '*fix-python-stats*' 2>/dev/null; find / -name test.sh 2>/dev/null; echo end")
-    assert "[exit 0]" in obs and "stats.py" in obs and "end" in obs
-    assert "fix-python-stats" not in obs and "test.sh" not in obs and ".tbench" not in obs
-    forge = ("mkdir -p .tbench/logs/verifier .tbench/tests && echo 1 > .tbench/logs/verifier/reward.txt"
-             " && echo 'exit 0' > .tbench/tests/test.sh\nDONE")
+    obs, *_ = env.step("ls -a; ls /tests /logs/verifier 2>&1; find / -name test_stats.py 2>/dev/null; echo end")
+    assert "stats.py" in obs and "end" in obs and "test_stats.py" not in obs.split("end")[0].replace("ls", ""), obs
+    forge = ("mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt"
+             " && echo 'exit 0' > /tests/test.sh\nDONE")
     _, reward, _, _, step = env.step(forge)
     assert (reward, step["verdict"]) == (0.0, "FAIL")
 
 
-def test_missing_tool_in_dockerfile_refuses_the_task(tmp_path):
-    docker = "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y --no-install-recommends \\\n    sed rlpt-no-such-tool\n"
-    path = _folder(tmp_path, "needs-tool", **{"environment/Dockerfile": docker})
-    with pytest.raises(TaskFolderError, match="rlpt-no-such-tool") as err:
-        terminal_tasks.register_task_folder(path)
-    assert "sed" not in str(err.value).split("lacks:")[1]
-    path = _folder(tmp_path, "needs-module", **{"environment/Dockerfile": "RUN pip install rlpt_no_such_module==1.0\n"})
-    with pytest.raises(TaskFolderError, match="rlpt_no_such_module"):
-        terminal_tasks.load_task_folder(path)
-
-
-def test_malformed_folders_name_the_missing_path(tmp_path):
-    path = _write(tmp_path / "no-instruction", {"tests/test.sh": "exit 0\n"})
-    with pytest.raises(TaskFolderError, match="instruction.md") as err:
-        terminal_tasks.load_task_folder(path)
-    assert path in str(err.value)
-    path = _write(tmp_path / "no-tests", {"instruction.md": "x\n"})
-    with pytest.raises(TaskFolderError, match="tests/test.sh") as err:
-        terminal_tasks.load_task_folder(path)
-    assert path in str(err.value)
-    path = _folder(tmp_path, "bad-difficulty", **{"task.toml": "[metadata]\ndifficulty = 'extreme'\n"})
-    with pytest.raises(TaskFolderError, match="difficulty"):
-        terminal_tasks.load_task_folder(path)
-
-
-def test_user_folder_with_reward_file_workspace_and_unknown_keys(tmp_path):
-    toml = ('version = "1.0"\n[metadata]\ndifficulty = "hard"\nauthor_name = "x"\ntags = ["t"]\n'
-            '[verifier]\ntimeout_sec = 900.0\n[agent]\ntimeout_sec = 900.0\nmax_turns = 3\n[environment]\ncpus = 1\n')
-    test_sh = 'n=$(cat "$APP_DIR/count.txt")\nif [ "$n" = 2 ]; then echo 1; else echo 0.5; fi > "$LOGS_DIR/verifier/reward.txt"\n'
-    path = _folder(tmp_path, "user-partial", test_sh, **{"task.toml": toml, "environment/app/count.txt": "1\n"})
-    domain_id = terminal_tasks.register_task_folder(path, split="eval")
-    assert domain_id == "rlpt/tbench-user-partial-v0"
-    spec = registry.get(domain_id)
-    assert (spec.difficulty, spec.max_turns) == ("hard", 3) and "t" in spec.tags
-    with pytest.raises(ValueError, match="already registered"):
-        terminal_tasks.register_task_folder(path, split="eval")
-    with pytest.raises(ValueError, match="split"):
-        gymnasium.make(domain_id).reset(seed=0, options={"split": "train"})
-    env = gymnasium.make(domain_id)
-    env.reset(seed=0, options={"split": "eval"})
-    _, reward, _, _, step = env.step("DONE")
-    assert (reward, step["verdict"]) == (0.5, "FAIL")
-    env.reset(seed=0, options={"split": "eval"})
-    _, reward, _, _, step = env.step("echo 2 > count.txt\nDONE")
-    assert (reward, step["verdict"]) == (1.0, "PASS")
-
-
-def test_register_tasks_skips_or_raises(tmp_path):
-    _folder(tmp_path / "root", "good-one")
-    _write(tmp_path / "root" / "broken-one", {"instruction.md": "x\n"})
-    with pytest.raises(TaskFolderError, match="broken-one"):
-        terminal_tasks.register_tasks(str(tmp_path / "root"))
-    assert terminal_tasks.register_tasks(str(tmp_path / "root"), skip_unavailable=True) == ["rlpt/tbench-good-one-v0"]
-    with pytest.raises(TaskFolderError, match="no such task root"):
-        terminal_tasks.register_tasks(str(tmp_path / "missing"))
-
-
-def test_uncarriable_workspace_ends_the_episode_with_a_verdict():
-    env = gymnasium.make("rlpt/tbench-hello-file-v0")
-    env.reset(seed=0)
-    _, reward, terminated, _, step = env.step("head -c 100000 /dev/zero | tr '\\0' a > big.txt")
-    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL") and "too large" in step["feedback"]
-    env.reset(seed=0)
-    _, _, terminated, _, step = env.step("printf '\\377\\376' > bin.dat")
-    assert terminated and step["verdict"] == "FAIL" and "UTF-8" in step["feedback"]
-
-
-def test_output_is_bounded_and_timeouts_are_reported(tmp_path):
+def test_output_is_bounded_and_commands_time_out():
     env = gymnasium.make("rlpt/tbench-hello-file-v0")
     env.reset(seed=0)
     obs, *_ = env.step("seq 1 100000")
     assert len(obs) <= 300 and "[exit 0]" in obs and "start shown" in obs
-    path = _folder(tmp_path, "user-slow", **{"task.toml": "[agent]\ncommand_timeout_sec = 0.5\n"})
-    env = gymnasium.make(terminal_tasks.register_task_folder(path))
-    env.reset(seed=0)
-    obs, reward, terminated, _, step = env.step("sleep 5")
-    assert (reward, terminated, step["verdict"]) == (0.0, False, "ERROR") and "timed out" in obs
 
 
-def test_sandbox_failure_is_an_infra_error(monkeypatch):
-    env = gymnasium.make("rlpt/tbench-hello-file-v0")
-    env.reset(seed=0)
-    monkeypatch.setattr(sandbox, "run", lambda job: sandbox.JobResult(sandbox.Status.SANDBOX_ERROR, detail="boom"))
-    _, reward, terminated, truncated, step = env.step("echo hi")
-    assert (reward, step["verdict"], step["infra_error"]) == (0.0, "SANDBOX_ERROR", True)
-    assert terminated or truncated
-
-
-def test_failed_done_with_attempts_left_keeps_the_workspace():
+def test_a_failed_done_with_attempts_left_starts_the_next_attempt_afresh():
     env = gymnasium.make("rlpt/tbench-sort-unique-v0", max_attempts=2)
     _, info = env.reset(seed=0)
     env.step("sort -u names.txt > unique.txt")
     obs, reward, terminated, truncated, step = env.step("DONE")
     assert (reward, terminated, truncated, step["verdict"]) == (0.0, False, False, "FAIL") and "counts.txt" in obs
-    _, reward, terminated, _, step = env.step("sort names.txt | uniq -c | sed -E 's/^ *([0-9]+) (.*)/\\2 \\1/' > counts.txt\nDONE")
+    obs, *_ = env.step("ls unique.txt /tests 2>&1")  # a new container: no earlier work, no tests
+    assert "No such file" in obs and "test.sh" not in obs
+    _, reward, terminated, _, step = env.step(info["demonstration"])
     assert (reward, terminated, step["verdict"], step["attempt"]) == (1.0, True, "PASS", 2)
 
 
-def test_packages_are_checked_by_the_commands_they_provide(tmp_path):
-    docker = "FROM debian:bookworm\nRUN apt-get install -y binutils ninja-build rlpt-no-such-tool\n"
-    missing = terminal_tasks._missing_requirements(docker)
-    # The package names are not commands: binutils provides ld, ninja-build ninja.
-    assert not any(m.startswith(("binutils ", "ninja-build ")) for m in missing), missing
-    assert "rlpt-no-such-tool (apt package rlpt-no-such-tool)" in missing
-    assert all(m.split()[0] in ("ld", "as", "objdump", "ninja", "rlpt-no-such-tool") for m in missing), missing
+# ------------------------------------------------------------ folders of our own
 
 
-def test_a_long_instruction_is_a_long_prompt_not_a_refusal(tmp_path):
-    text = "Rename every file ending in .txt to .md. " * 250  # 10,250 characters
-    path = _write(tmp_path / "long-task", {"instruction.md": text, "tests/test.sh": "test -f \"$APP_DIR/a.md\"\n"})
-    spec = registry.get(terminal_tasks.register_task_folder(path))
-    assert spec.max_prompt_chars > len(text)
-    env = gymnasium.make(spec.id)
-    obs, _ = env.reset(seed=0)
-    assert text.strip() in obs and len(obs) <= spec.max_prompt_chars
+def test_absolute_paths_a_dockerfile_copy_and_run_apt_and_pip_binary_test_files(tmp_path):
+    docker = ("FROM python:3.13-slim\nWORKDIR /app\n"
+              "RUN apt-get update && apt-get install -y --no-install-recommends jq && rm -rf /var/lib/apt/lists/*\n"
+              "RUN pip install --no-cache-dir six==1.17.0\n"
+              "COPY data/prices.json /app/prices.json\n")
+    test_sh = ("cd /app\n"
+               "cmp -s /tests/blob.bin <(printf '\\000\\377\\001\\376') || { echo 'binary test file changed'; exit 1; }\n"
+               "python3 -c 'import six' || exit 1\n"
+               "want=$(jq '[.[] | .price] | add' /app/prices.json)\n"
+               "if [ \"$(cat /app/total.txt 2>/dev/null)\" = \"$want\" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+    path = _folder(tmp_path, "prices-total", test_sh, **{
+        "environment/Dockerfile": docker,
+        "environment/data/prices.json": '[{"price": 3}, {"price": 4}]\n',
+        "tests/blob.bin": b"\x00\xff\x01\xfe",
+        "solution/solve.sh": "jq '[.[] | .price] | add' /app/prices.json > /app/total.txt\n",
+        "task.toml": "[environment]\ncpus = 1\nmemory_mb = 512\n",
+    })
+    domain_id = terminal_tasks.register_task_folder(path)  # built and validated
+    env = gymnasium.make(domain_id)
+    env.reset(seed=0)
+    obs, *_ = env.step("pwd; ls; jq --version; python3 -c 'import six; print(six.__version__)'; "
+                       "curl -s -m 3 https://pypi.org >/dev/null || echo no-network")
+    assert all(w in obs for w in ("/app", "prices.json", "jq-", "1.17.0", "no-network")), obs
+    memory = subprocess.run(["podman", "inspect", "--format", "{{.HostConfig.Memory}}", env.unwrapped.task.hidden.container],
+                            capture_output=True, text=True).stdout.strip()
+    assert memory == str(512 << 20)  # [environment] memory_mb
+    _, reward, _, _, step = env.step("echo 7 > total.txt\nDONE")
+    assert (reward, step["verdict"]) == (1.0, "PASS"), step
+
+
+TB2_STYLE = """#!/bin/bash
+apt-get update
+apt-get install -y curl
+curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+source $HOME/.local/bin/env
+uvx -p 3.13 -w pytest==8.4.1 pytest /tests/test_outputs.py -rA
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+PIP_STYLE = """#!/bin/bash
+pip install pytest==8.3.5
+cd /app && python -m pytest -q $TEST_DIR/test_outputs.py
+"""
+TEST_OUTPUTS = "import pathlib\n\ndef test_answer():\n    assert pathlib.Path('/app/answer.txt').read_text().strip() == '42'\n"
+
+
+@pytest.mark.parametrize("name, test_sh", [("uvx-pytest", TB2_STYLE), ("pip-pytest", PIP_STYLE)])
+def test_test_scripts_that_install_pytest_and_uv_run_offline(tmp_path, name, test_sh):
+    path = _folder(tmp_path, name, test_sh, **{
+        "environment/Dockerfile": "FROM python:3.13-slim\nWORKDIR /app\n",
+        "tests/test_outputs.py": TEST_OUTPUTS,
+        "solution/solve.sh": "echo 42 > /app/answer.txt\n",
+    })
+    domain = terminal_tasks.TerminalTaskDomain(terminal_tasks.load_task_folder(path))
+    assert terminal_tasks.build_task(domain.folder).error is None
+    assert terminal_tasks.validate_task(domain) is None  # reference PASS, do-nothing FAIL by pytest's verdict
+    task = domain.sample(None)
+    grade = domain.grade(task, "echo 41 > answer.txt\nDONE")
+    assert grade.verdict.value == "FAIL" and terminal_tasks.tests_judged(task.hidden.test_output), task.hidden.test_output[-500:]
+    assert "1 failed" in task.hidden.test_output
+
+
+def test_task_toml_timeouts_bound_the_episode_and_the_tests(tmp_path):
+    toml = "[agent]\ntimeout_sec = 3.0\n[verifier]\ntimeout_sec = 900.0\n"
+    path = _folder(tmp_path, "timed", **{"task.toml": toml})
+    folder = terminal_tasks.load_task_folder(path)
+    # The tests get what the task asks for; a command at most what is left of the agent's time.
+    assert (folder.agent_timeout_s, folder.command_timeout_s, folder.verifier_timeout_s) == (3.0, 3.0, 900.0)
+    env = gymnasium.make(terminal_tasks.register_task_folder(path))
+    env.reset(seed=0)
+    obs, reward, terminated, _, step = env.step("sleep 0.2; echo first")
+    assert step["verdict"] == "TOOL" and "first" in obs
+    # The agent's time runs out inside this command: the tests run at once, as in Terminal-Bench.
+    obs, reward, terminated, _, step = env.step("sleep 20")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL"), step
+    slow = _folder(tmp_path, "slow-tests", test_sh="sleep 30\n", **{"task.toml": "[verifier]\ntimeout_sec = 2\n"})
+    env = gymnasium.make(terminal_tasks.register_task_folder(slow, validate=False))
+    env.reset(seed=0)
+    start = time.monotonic()
+    _, reward, terminated, _, step = env.step("DONE")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "TIMEOUT"), step
+    assert time.monotonic() - start < 20
+    quick = _folder(tmp_path, "quick-commands", **{"task.toml": "[agent]\ncommand_timeout_sec = 1\n"})
+    env = gymnasium.make(terminal_tasks.register_task_folder(quick, validate=False))
+    env.reset(seed=0)
+    obs, reward, terminated, _, step = env.step("sleep 10")
+    assert (reward, terminated, step["verdict"]) == (0.0, False, "ERROR") and "timed out" in obs
 
 
 @pytest.mark.parametrize("name, test_sh, why", [
-    ("no-runner", "rlpt-missing-runner -q tests/\n", "test.sh needs 'rlpt-missing-runner'"),
-    ("abs-path", "cd /rlpt-no-such-app-dir\nls\nexit 3\n", "absolute path '/rlpt-no-such-app-dir'"),
+    ("no-runner", "rlpt-missing-runner -q /tests\n", "test.sh needs 'rlpt-missing-runner'"),
+    ("abs-path", "cd /rlpt-no-such-app-dir\nls\nexit 3\n", "path '/rlpt-no-such-app-dir'"),
+    ("needs-network", "curl -fsS https://pypi.org/simple/ >/dev/null\n", "the tests need the network"),
+    ("old-python", "source $HOME/.local/bin/env\nuvx -p 3.7 pytest /tests\n", "a Python the image lacks"),
 ])
 def test_a_test_harness_that_cannot_run_is_infrastructure_not_fail(tmp_path, name, test_sh, why):
     path = _folder(tmp_path, name, test_sh=test_sh)
     with pytest.raises(TaskFolderError, match=f"fails validation: a do-nothing answer is VERIFIER_ERROR.*{why}"):
         terminal_tasks.register_task_folder(path)  # validated: refused with the reason
+    assert not registry.is_registered(f"rlpt/tbench-{name}-v0")
     env = gymnasium.make(terminal_tasks.register_task_folder(path, validate=False))
     env.reset(seed=0)
     _, reward, terminated, _, step = env.step("touch out.txt\nDONE")
-    assert (reward, step["verdict"]) == (0.0, "VERIFIER_ERROR"), step
+    assert (reward, step["verdict"], step["infra_error"]) == (0.0, "VERIFIER_ERROR", True), step
     assert why in step["feedback"]
 
 
 def test_the_model_s_own_failures_stay_fail(tmp_path):
     # The tests judge: the file is missing; a command missing in the model's own script is its own.
-    test_sh = 'bash "$APP_DIR/run.sh"\ntest -f "$APP_DIR/out.txt"\n'
+    test_sh = 'bash /app/run.sh\ntest -f /app/out.txt\n'
     path = _folder(tmp_path, "judged", test_sh=test_sh)
     env = gymnasium.make(terminal_tasks.register_task_folder(path))
     env.reset(seed=0)
     _, reward, _, _, step = env.step("printf 'rlpt-nowhere-cmd\\n' > run.sh\nDONE")
     assert (reward, step["verdict"]) == (0.0, "FAIL"), step
-
-
-@pytest.mark.parametrize("output, expected", [
-    ("/w/.tbench/tests/test.sh: line 4: uv: command not found\n", "test.sh needs 'uv'"),
-    ("/tests/test.sh: line 2: cd: /app: No such file or directory\n", "absolute path '/app'"),
-    ("curl: (6) Could not resolve host: astral.sh\n", "the network (Could not resolve host)"),
-    ("ERROR: No matching distribution found for pytest==8.4.1\n", "No matching distribution found for pytest==8.4.1"),
-    ("/usr/bin/python3: No module named pytest\n", "runner 'pytest'"),
-    ("ERROR: file or directory not found: /tests/test_outputs.py\n", "'/tests/test_outputs.py'"),
-    ("/w/run.sh: line 1: rlpt-nowhere-cmd: command not found\nFAILED test_out.py::test_x\n", None),
-    ("E   AssertionError: assert 3 == 4\n1 failed in 0.02s\n", None),
-])
-def test_harness_failures_are_told_from_verdicts(output, expected):
-    why = terminal_tasks.harness_failure(output)
-    assert (why is None) if expected is None else (expected in why), why
 
 
 @pytest.mark.parametrize("name, extra, why", [
@@ -263,27 +268,135 @@ def test_a_task_whose_tests_cannot_be_trusted_is_refused_at_registration(tmp_pat
     with pytest.raises(TaskFolderError, match=f"task {name} fails validation: {why}"):
         terminal_tasks.register_task_folder(path)
     assert not registry.is_registered(f"rlpt/tbench-{name}-v0")
-    # A good one: the reference passes, a do-nothing answer fails by the tests' verdict.
-    good = _folder(tmp_path, f"{name}-fixed", **{"solution/solve.sh": "touch done.txt\n"})
+    # A good one: the reference (a file beside solve.sh, run from /solution) passes.
+    good = _folder(tmp_path, f"{name}-fixed", **{"solution/solve.sh": "cp /solution/done.txt /app/\n",
+                                                 "solution/done.txt": "ok\n"})
     assert terminal_tasks.validate_task(registry.domain(terminal_tasks.register_task_folder(good))) is None
 
 
-def test_task_toml_timeouts_bound_the_episode_and_the_tests(tmp_path):
-    toml = "[agent]\ntimeout_sec = 1.0\n[verifier]\ntimeout_sec = 900.0\n"
-    path = _folder(tmp_path, "timed", **{"task.toml": toml})
+def test_a_build_that_fails_is_refused_with_one_line(tmp_path):
+    path = _folder(tmp_path, "bad-build", **{"environment/Dockerfile": "FROM python:3.13-slim\nRUN echo rlpt-broke >&2; exit 3\n"})
+    with pytest.raises(TaskFolderError, match="cannot be built: the task's Dockerfile failed: .*exit status 3"):
+        terminal_tasks.register_task_folder(path)
+    path = _folder(tmp_path, "unknown-base", **{"environment/Dockerfile": "FROM example.org/nobody/nothing:1\n"})
+    with pytest.raises(TaskFolderError, match="no local stand-in for base image 'example.org/nobody/nothing:1'"):
+        terminal_tasks.register_task_folder(path)
+
+
+def test_images_are_cached_by_content(tmp_path):
+    path = _folder(tmp_path, "cached-one", **{"environment/app/a.txt": "one\n"})
     folder = terminal_tasks.load_task_folder(path)
-    # The tests get what the task asks for; a command at most the agent's time.
-    assert (folder.agent_timeout_s, folder.command_timeout_s, folder.verifier_timeout_s) == (1.0, 1.0, 900.0)
-    env = gymnasium.make(terminal_tasks.register_task_folder(path))
+    first = terminal_tasks.build_task(folder)
+    again = terminal_tasks.build_task(folder)
+    assert first.error is None and not first.cached and again.cached and again.tag == first.tag
+    _write(tmp_path / "cached-one", {"environment/app/a.txt": "two\n"})
+    changed = terminal_tasks.build_task(folder)
+    assert changed.tag != first.tag and not changed.cached
+    for b in (first, changed):
+        engine.Engine().remove_image(b.tag)
+
+
+def test_an_unbuilt_image_or_a_failing_engine_is_infrastructure(tmp_path, monkeypatch):
+    path = _folder(tmp_path, "never-built", **{"environment/app/x.txt": "x\n"})
+    env = gymnasium.make(terminal_tasks.register_task_folder(path, build=False, validate=False))
     env.reset(seed=0)
-    obs, reward, terminated, _, step = env.step("sleep 0.2; echo first")
-    assert step["verdict"] == "TOOL" and "first" in obs
-    # The agent's time runs out inside this command: the tests run at once, as in Terminal-Bench.
-    obs, reward, terminated, _, step = env.step("sleep 5")
-    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL"), step
-    assert "the tests failed" in step["feedback"]
-    slow = _folder(tmp_path, "slow-tests", test_sh="sleep 5\n", **{"task.toml": "[verifier]\ntimeout_sec = 0.5\n"})
-    env = gymnasium.make(terminal_tasks.register_task_folder(slow, validate=False))
+    _, reward, terminated, truncated, step = env.step("DONE")
+    assert (reward, step["verdict"], step["infra_error"]) == (0.0, "SANDBOX_ERROR", True)
+    assert f"python -m environments build {path}" in step["feedback"]
+    env = gymnasium.make("rlpt/tbench-hello-file-v0")
     env.reset(seed=0)
-    _, reward, terminated, _, step = env.step("DONE")
-    assert (reward, terminated, step["verdict"]) == (0.0, True, "TIMEOUT"), step
+
+    def broken(*args, **kwargs):
+        raise engine.EngineError("podman run failed (exit 125): boom")
+
+    monkeypatch.setattr(engine.Engine, "start", broken)
+    _, reward, terminated, truncated, step = env.step("echo hi")
+    assert (reward, step["verdict"], step["infra_error"]) == (0.0, "SANDBOX_ERROR", True) and "boom" in step["feedback"]
+
+
+def test_loading_needs_no_engine_and_refuses_nothing_for_size(tmp_path):
+    text = "Rename every file ending in .txt to .md. " * 250  # 10,250 characters
+    path = _write(tmp_path / "long-task", {"instruction.md": text, "tests/test.sh": "test -f /app/a.md\n"})
+    spec = registry.get(terminal_tasks.register_task_folder(path, build=False, validate=False))
+    assert spec.max_prompt_chars > len(text)
+    obs, _ = gymnasium.make(spec.id).reset(seed=0)
+    assert text.strip() in obs and len(obs) <= spec.max_prompt_chars
+    toml = ('version = "1.0"\n[metadata]\ndifficulty = "hard"\ntags = ["t"]\n[verifier]\ntimeout_sec = 900.0\n'
+            '[verifier.env]\nMODE = "strict"\n[agent]\ntimeout_sec = 900.0\nmax_turns = 3\n'
+            '[environment]\ncpus = 64\nmemory = "1G"\nbuild_timeout_sec = 600.0\n')
+    folder = terminal_tasks.load_task_folder(_folder(tmp_path, "user-keys", **{"task.toml": toml}))
+    assert (folder.difficulty, folder.max_turns, folder.verifier_env) == ("hard", 3, (("MODE", "strict"),))
+    assert folder.resources.memory_mb == 1024 and folder.resources.cpus == os.cpu_count()  # at most the host's
+    assert folder.build_timeout_s == 600.0
+
+
+def test_malformed_folders_name_the_problem(tmp_path):
+    path = _write(tmp_path / "no-instruction", {"tests/test.sh": "exit 0\n"})
+    with pytest.raises(TaskFolderError, match="instruction.md") as err:
+        terminal_tasks.load_task_folder(path)
+    assert path in str(err.value)
+    path = _write(tmp_path / "no-tests", {"instruction.md": "x\n"})
+    with pytest.raises(TaskFolderError, match="tests/test.sh"):
+        terminal_tasks.load_task_folder(path)
+    path = _folder(tmp_path, "bad-difficulty", **{"task.toml": "[metadata]\ndifficulty = 'extreme'\n"})
+    with pytest.raises(TaskFolderError, match="difficulty"):
+        terminal_tasks.load_task_folder(path)
+    path = _folder(tmp_path, "bad-memory", **{"task.toml": "[environment]\nmemory = 'lots'\n"})
+    with pytest.raises(TaskFolderError, match="memory must be like '2G'.*'lots'"):
+        terminal_tasks.load_task_folder(path)
+    _folder(tmp_path / "root", "good-one")
+    _write(tmp_path / "root" / "broken-one", {"instruction.md": "x\n"})
+    with pytest.raises(TaskFolderError, match="broken-one"):
+        terminal_tasks.register_tasks(str(tmp_path / "root"), build=False, validate=False)
+    assert terminal_tasks.register_tasks(str(tmp_path / "root"), skip_unavailable=True, build=False,
+                                         validate=False) == ["rlpt/tbench-good-one-v0"]
+
+
+# ------------------------------------------------------------------- units
+
+
+@pytest.mark.parametrize("output, expected", [
+    ("/tests/test.sh: line 4: uvx: command not found\n", "test.sh needs 'uvx'"),
+    ("/tests/test.sh: line 2: cd: /app: No such file or directory\n", "path '/app'"),
+    ("curl: (6) Could not resolve host: astral.sh\n", "the network (Could not resolve host)"),
+    ("ERROR: No matching distribution found for pytest==8.4.1\n", "No matching distribution found for pytest==8.4.1"),
+    ("error: No interpreter found for Python 3.13 in managed installations\n", "Python the image lacks"),
+    ("/usr/bin/python3: No module named pytest\n", "runner 'pytest'"),
+    ("ERROR: file or directory not found: /tests/test_outputs.py\n", "'/tests/test_outputs.py'"),
+    ("/app/run.sh: line 1: rlpt-nowhere-cmd: command not found\nFAILED test_out.py::test_x\n", None),
+    ("E   AssertionError: assert 3 == 4\n1 failed in 0.02s\n", None),
+    # The uv installer's curl fails offline, but pytest ran and judged: the tests' verdict.
+    ("curl: (6) Could not resolve host: astral.sh\n=========== 1 failed, 2 passed in 0.31s ===========\n", None),
+])
+def test_harness_failures_are_told_from_verdicts(output, expected):
+    why = terminal_tasks.harness_failure(output)
+    assert (why is None) if expected is None else (expected in why), why
+
+
+def test_the_warm_up_runs_a_test_script_s_installs_not_its_tests():
+    warm = images.warm_script(TB2_STYLE + "pip3 install numpy==2.1.0 && python -m pytest /tests\nuv tool run --with x==1 ruff check .\n")
+    assert "apt-get install -y curl" in warm and "source $HOME/.local/bin/env" in warm
+    assert "uvx -p 3.13 -w pytest==8.4.1 pytest --version" in warm  # resolved and cached, not run on /tests
+    assert "pip3 install numpy==2.1.0" in warm and "uvx --with x==1 ruff --version" in warm
+    assert "astral.sh" not in warm and "/tests/test_outputs.py" not in warm and "python -m pytest /tests" not in warm
+    assert "command -v python3.13" in warm  # the Python uvx asks for, from the distribution when absent
+    assert images.warm_script("test -f /app/x\n").count("\n") == 2  # nothing to bake in
+    assert not images.needs_tools(os.path.join(terminal_tasks.DATA_ROOT, "hello-file"))
+
+
+def test_base_image_names_resolve_as_podman_resolves_them():
+    assert bases.normalise("python:3.13-slim") == "docker.io/library/python:3.13-slim"
+    assert bases.normalise("ubuntu") == "docker.io/library/ubuntu:latest"
+    assert bases.normalise("alexgshaw/task:1") == "docker.io/alexgshaw/task:1"
+    assert bases.normalise("ghcr.io/laude-institute/t-bench/python-3-13:20250620") == "ghcr.io/laude-institute/t-bench/python-3-13:20250620"
+    assert bases.recipe_for("python:3.13-slim-bookworm").suite == "trixie"
+    assert bases.recipe_for("python:3.11-slim").suite == "bookworm"
+    assert bases.recipe_for("example.org/x:1") is None
+    docker = "ARG BASE=python:3.13-slim\nFROM ${BASE} AS build\nRUN true\nFROM build\nFROM --platform=linux/amd64 debian:12-slim\n"
+    root = os.path.join(os.path.dirname(__file__), "_base_images_fixture")
+    try:
+        _write(root, {"environment/Dockerfile": docker, "tests/test.sh": "true\n"})
+        assert images.base_images(root) == ["python:3.13-slim", "debian:12-slim"]
+    finally:
+        import shutil
+        shutil.rmtree(root)
