@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Installs the Debian packages rlpt needs on a fresh machine. Idempotent:
-# packages already present are skipped, so it is safe to run on every boot.
+# Installs the Debian packages rlpt needs on a fresh machine and configures the
+# container engine. Idempotent: packages already present are skipped and the
+# engine's configuration is rewritten only when it differs, so it is safe to run
+# on every boot.
 #   sudo launch/setup_system.sh
 set -euo pipefail
 
 # bubblewrap: the namespace sandbox for model-written code (environments/sandbox).
-PACKAGES=(bubblewrap)
+# podman, buildah, runc, catatonit: terminal tasks' containers, built from their
+#   own Dockerfiles (environments/containers); mmdebstrap: their local base
+#   images from the Debian archive (no registry needed).
+PACKAGES=(bubblewrap podman buildah runc catatonit mmdebstrap)
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -13,14 +21,32 @@ for pkg in "${PACKAGES[@]}"; do
     missing+=("$pkg")
   fi
 done
-
 if ((${#missing[@]} == 0)); then
   echo "setup_system: all packages present (${PACKAGES[*]})"
-  exit 0
+else
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup_system: installed ${missing[*]}"
 fi
 
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "setup_system: installed ${missing[*]}"
+# The engine: runc (this kind of VM has a hybrid cgroup layout), cgroupfs, file
+# events, and default ulimits no higher than this host grants (a container asking
+# for more than the host's hard limit fails to start without CAP_SYS_RESOURCE).
+nofile=$(ulimit -Hn); nproc=$(ulimit -Hu)
+[[ $nofile == unlimited || $nofile -gt 1048576 ]] && nofile=1048576
+[[ $nproc == unlimited || $nproc -gt 32768 ]] && nproc=32768
+conf="[containers]
+default_ulimits = [\"nofile=${nofile}:${nofile}\", \"nproc=${nproc}:${nproc}\"]
+[engine]
+runtime = \"runc\"
+cgroup_manager = \"cgroupfs\"
+events_logger = \"file\""
+if [[ "$(cat /etc/containers/containers.conf 2>/dev/null)" != "$conf" ]]; then
+  $SUDO mkdir -p /etc/containers
+  printf '%s\n' "$conf" | $SUDO tee /etc/containers/containers.conf >/dev/null
+  echo "setup_system: wrote /etc/containers/containers.conf (runc, nofile ${nofile}, nproc ${nproc})"
+fi
+# The engine must answer here; say so now rather than in a task's first episode.
+if ! $SUDO podman info >/dev/null 2>/tmp/rlpt-podman-check.log; then
+  echo "setup_system: WARNING: podman does not work here: $(tail -1 /tmp/rlpt-podman-check.log)" >&2
+fi
