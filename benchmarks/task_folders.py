@@ -95,8 +95,10 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float) -> dict
             try:
                 ran = domain.run_reference(task.hidden)
                 grade = domain._verify(task.hidden)
+                needs = terminal_tasks.harness_failure(ran.output) if ran.exit_code != 0 else None
                 row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
-                           reference_ran=ran.exit_code, reference_output=ran.output[-400:])
+                           reference_ran=ran.exit_code, reference_output=ran.output[-400:],
+                           reference_needs_network=bool(grade.verdict is not Verdict.PASS and needs and "network" in needs))
             except engine_mod.EngineError as e:
                 task.hidden.close(engine)
                 row.update(reference="SANDBOX_ERROR", reference_why=str(e)[:300])
@@ -128,9 +130,12 @@ def report(rows: list[dict]) -> None:
     print(f"reference solutions: {len(with_ref)} tasks have one; ran {len(ref_ran)}; "
           f"PASS {sum(r.get('reference') == 'PASS' for r in ref_ran)}; "
           + ", ".join(f"{v} {c}" for v, c in collections.Counter(r.get('reference') for r in ref_ran if r.get('reference') != 'PASS').items()))
+    print(f"  of those not PASS, the reference solution itself needed the network (episodes have none): "
+          f"{sum(bool(r.get('reference_needs_network')) for r in ref_ran)}")
     for r in ref_ran:
         if r.get("reference") != "PASS":
-            print(f"    {r['task']}: reference {r.get('reference')}: {r.get('reference_why', '')[:200]}")
+            net = " [its solve.sh needed the network]" if r.get("reference_needs_network") else ""
+            print(f"    {r['task']}: reference {r.get('reference')}{net}: {r.get('reference_why', '')[:200]}")
     noop = collections.Counter(r.get("noop") for r in ran)
     judged = sum(r.get("noop") == "FAIL" and r.get("noop_judged") for r in ran)
     print(f"do-nothing answers: {len(ran)} run; " + ", ".join(f"{v} {c}" for v, c in noop.most_common())

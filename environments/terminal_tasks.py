@@ -185,6 +185,13 @@ def load_task_folder(path: str) -> TaskFolder:
     metadata, agent, verifier, environment = table("metadata"), table("agent"), table("verifier"), table("environment")
     if os.path.isdir(os.path.join(path, "steps")):
         raise TaskFolderError(f"multi-step tasks (steps/) are not supported: {path}")
+    for compose_name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
+        compose = os.path.join(path, "environment", compose_name)
+        if os.path.isfile(compose):
+            services = _compose_services(_read_text(compose, f"environment/{compose_name}"))
+            if len(services) > 1:
+                raise TaskFolderError(f"{compose}: a task of several containers ({', '.join(services)}) is not supported; "
+                                      "one container per task is")
     if verifier.get("environment_mode", "shared") != "shared":
         raise TaskFolderError(f"{toml_path}: [verifier] environment_mode = {verifier['environment_mode']!r} "
                               "(a separate verifier container) is not supported; 'shared' is")
@@ -223,6 +230,25 @@ def load_task_folder(path: str) -> TaskFolder:
     return TaskFolder(name, path, instruction, difficulty, tags, max_turns, command_timeout, verifier_timeout,
                       solution, agent_timeout, resources, env_of(verifier), build_timeout, workdir, env_of(environment),
                       env_of(table("solution")), _user(agent, toml_path), _user(verifier, toml_path), healthcheck)
+
+
+def _compose_services(text: str) -> list[str]:
+    """The service names of a docker-compose file (its top-level `services:` keys)."""
+    names, inside, indent = [], False, None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        depth = len(line) - len(line.lstrip())
+        if depth == 0:
+            inside = line.rstrip().rstrip(":") == "services"
+            indent = None
+            continue
+        if inside:
+            indent = depth if indent is None else indent
+            m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*:\s*", line)
+            if depth == indent and m:
+                names.append(m.group(1))
+    return names
 
 
 def _user(t: dict, where: str) -> str | None:
@@ -521,6 +547,9 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
             return f"its reference solution ran past the agent's {domain.folder.agent_timeout_s or MAX_TIMEOUT_S:g}s"
         grade = domain._verify(episode)
         if grade.verdict is not Verdict.PASS:
+            needs = harness_failure(ran.output) if ran.exit_code != 0 else None
+            if needs is not None and "network" in needs:
+                return f"its reference solution needs the network, which episodes do not have ({needs[len('the tests need the network ('):-1][:120]})"
             return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}"
     grade = domain.grade(domain.sample(rng), DONE)
     if grade.verdict is Verdict.PASS:
