@@ -1,6 +1,7 @@
 """Builds, validates and runs terminal task folders as published; prints what held.
 
     python benchmarks/task_folders.py ROOT [ROOT ...] [--limit_per_root N] [--build_timeout 600] [--json out.json]
+    python benchmarks/task_folders.py --overhead TASK_FOLDER [--episodes 10]
 
 Each ROOT is a task folder or a folder of task folders (Harbor / Terminal-Bench 2
 layout; a user stages them from public repositories: nothing is downloaded
@@ -161,9 +162,52 @@ def report(rows: list[dict]) -> None:
     print(f"do-nothing episode (start, tests): {spread([r['noop_s'] for r in ran if 'noop_s' in r])}")
 
 
+def overhead(path: str, episodes: int) -> None:
+    """Per-episode and per-turn cost of a container per episode (start, a turn by
+    exec, removal) against bubblewrap over the image's mounted root filesystem."""
+    import statistics
+    import subprocess
+
+    folder = terminal_tasks.load_task_folder(path)
+    built = terminal_tasks.build_task(folder)
+    assert built.error is None, built.error
+    eng = engine_mod.Engine()
+
+    def timed(fn):
+        t = time.monotonic()
+        out = fn()
+        return time.monotonic() - t, out
+
+    starts, turns, removes, bwrap = [], [], [], []
+    for i in range(episodes):
+        took, cid = timed(lambda: eng.start(built.tag, f"rlpt-overhead-{os.getpid()}-{i}", folder.resources, 600))
+        starts.append(took)
+        for _ in range(5):
+            turns.append(timed(lambda: eng.exec(cid, "true\n", 10))[0])
+        removes.append(timed(lambda: eng.remove(cid))[0])
+    mount = subprocess.run(["podman", "image", "mount", built.tag], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        for _ in range(episodes * 2):
+            bwrap.append(timed(lambda: subprocess.run(["bwrap", "--ro-bind", mount, "/", "--dev", "/dev", "--proc", "/proc",
+                                                       "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent", "bash", "-c", "true"],
+                                                      check=True))[0])
+    finally:
+        subprocess.run(["podman", "image", "unmount", built.tag], capture_output=True)
+
+    def ms(xs):
+        return f"median {statistics.median(xs) * 1e3:.0f} ms (min {min(xs) * 1e3:.0f}, max {max(xs) * 1e3:.0f}, n={len(xs)})"
+
+    print(f"container start (podman run -d):      {ms(starts)}")
+    print(f"one turn in it (podman exec, `true`): {ms(turns)}")
+    print(f"container removal (podman rm -f):     {ms(removes)}")
+    print(f"bubblewrap over the mounted image:    {ms(bwrap)}  (no writable layer, no persistent processes)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("roots", nargs="+")
+    parser.add_argument("roots", nargs="*")
+    parser.add_argument("--overhead", default=None, help="a task folder: time container start/exec/removal instead")
+    parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--limit_per_root", type=int, default=None, help="the first N task folders of each root, by name")
     parser.add_argument("--build_timeout", type=float, default=900.0, help="cap on each build (s)")
     parser.add_argument("--json", default=None, help="write every row here")
@@ -172,6 +216,9 @@ def main() -> int:
     if why:
         print(f"containers unavailable: {why}", file=sys.stderr)
         return 2
+    if args.overhead:
+        overhead(args.overhead, args.episodes)
+        return 0
     engine = engine_mod.Engine()
     paths = task_folders(args.roots, args.limit_per_root)
     rows = []
