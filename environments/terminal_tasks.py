@@ -164,6 +164,8 @@ def load_task_folder(path: str) -> TaskFolder:
     name = os.path.basename(path.rstrip(os.sep)).lower().replace("_", "-")
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
         raise TaskFolderError(f"task folder name {name!r} must be letters, digits and dashes: {path}")
+    if os.path.isdir(os.path.join(path, "steps")):
+        raise TaskFolderError(f"multi-step tasks (steps/) are not supported: {path}")
     instruction = _read_text(os.path.join(path, "instruction.md"), "instruction.md").strip()
     if not instruction:
         raise TaskFolderError(f"instruction.md is empty: {os.path.join(path, 'instruction.md')}")
@@ -183,8 +185,6 @@ def load_task_folder(path: str) -> TaskFolder:
         return meta.get(key) if isinstance(meta.get(key), dict) else {}
 
     metadata, agent, verifier, environment = table("metadata"), table("agent"), table("verifier"), table("environment")
-    if os.path.isdir(os.path.join(path, "steps")):
-        raise TaskFolderError(f"multi-step tasks (steps/) are not supported: {path}")
     for compose_name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
         compose = os.path.join(path, "environment", compose_name)
         if os.path.isfile(compose):
