@@ -96,10 +96,10 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float) -> dict
             try:
                 ran = domain.run_reference(task.hidden)
                 grade = domain._verify(task.hidden)
-                needs = terminal_tasks.harness_failure(ran.output) if ran.exit_code != 0 else None
+                needs = terminal_tasks.needs_network(ran.output) if ran.exit_code != 0 else None
                 row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
                            reference_ran=ran.exit_code, reference_output=ran.output[-400:],
-                           reference_needs_network=bool(grade.verdict is not Verdict.PASS and needs and "network" in needs))
+                           reference_needs_network=bool(grade.verdict is not Verdict.PASS and needs))
             except engine_mod.EngineError as e:
                 task.hidden.close(engine)
                 row.update(reference="SANDBOX_ERROR", reference_why=str(e)[:300])

@@ -525,6 +525,19 @@ def harness_failure(output: str) -> str | None:
     return None
 
 
+# What a command printed when it reached for the network (apt, pip, uv, curl, wget, git).
+_NETWORK = re.compile(r"(Temporary failure resolving '[^']+'|Could not resolve host:? [^\s]+|Could not resolve '[^']+'|"
+                      r"Temporary failure in name resolution|Network is unreachable|Failed to fetch: `[^`]+`|"
+                      r"unable to resolve host address '[^']+'|Could not connect to [^\s]+|"
+                      r"Failed to establish a new connection[^\n]{0,80})")
+
+
+def needs_network(output: str) -> str | None:
+    """The first sign in `output` of a command that needed the network, or None."""
+    m = _NETWORK.search(output)
+    return m.group(1) if m else None
+
+
 def validate_task(domain: TerminalTaskDomain) -> str | None:
     """Why the task's tests cannot be trusted here, or None: its reference solution
     (if it has one, run as Harbor's oracle runs it) must PASS, and a do-nothing
@@ -547,9 +560,9 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
             return f"its reference solution ran past the agent's {domain.folder.agent_timeout_s or MAX_TIMEOUT_S:g}s"
         grade = domain._verify(episode)
         if grade.verdict is not Verdict.PASS:
-            needs = harness_failure(ran.output) if ran.exit_code != 0 else None
-            if needs is not None and "network" in needs:
-                return f"its reference solution needs the network, which episodes do not have ({needs[len('the tests need the network ('):-1][:120]})"
+            needs = needs_network(ran.output) if ran.exit_code != 0 else None
+            if needs is not None:
+                return f"its reference solution needs the network, which episodes do not have ({needs[:120]})"
             return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}"
     grade = domain.grade(domain.sample(rng), DONE)
     if grade.verdict is Verdict.PASS:

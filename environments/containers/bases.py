@@ -65,27 +65,29 @@ def _ca_digest() -> str:
         return "none"
 
 
+_PY_BULLSEYE = Recipe("bullseye", _COMMON + _PYTHON, python_links=True)
 _PY_BOOKWORM = Recipe("bookworm", _COMMON + _PYTHON, python_links=True)
 _PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True)
-_TRIXIE = Recipe("trixie", _COMMON)
+_BULLSEYE = Recipe("bullseye", _COMMON)
 _BOOKWORM = Recipe("bookworm", _COMMON)
+_TRIXIE = Recipe("trixie", _COMMON)
 
-# Public name (as `podman` normalises it) -> recipe. Tags without a registry are
-# docker.io/library names; suffixes (-slim, -bookworm, ...) are listed out.
-RECIPES: dict[str, Recipe] = {}
-for _v, _r in (("3.11", _PY_BOOKWORM), ("3.12", _PY_TRIXIE), ("3.13", _PY_TRIXIE)):
-    for _suffix in ("", "-slim", "-bookworm", "-slim-bookworm", "-trixie", "-slim-trixie"):
-        RECIPES[f"docker.io/library/python:{_v}{_suffix}"] = _r
-for _name in ("debian:bookworm", "debian:bookworm-slim", "debian:12", "debian:12-slim", "debian:stable-slim"):
-    RECIPES[f"docker.io/library/{_name}"] = _BOOKWORM
-for _name in ("debian:trixie", "debian:trixie-slim", "debian:13", "debian:13-slim", "debian:latest",
-              "ubuntu:24.04", "ubuntu:22.04", "ubuntu:noble", "ubuntu:jammy", "ubuntu:latest"):
-    RECIPES[f"docker.io/library/{_name}"] = _TRIXIE
-# Terminal-Bench 1's own base images.
-RECIPES["ghcr.io/laude-institute/t-bench/python-3-13:20250620"] = _PY_TRIXIE
-RECIPES["ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624"] = _TRIXIE
-RECIPES["ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest"] = _TRIXIE
-RECIPES["ghcr.io/laude-institute/t-bench/python-3-13:latest"] = _PY_TRIXIE
+# python:3.X[.Y][-slim][-<debian>] -> the Debian release whose python3 is 3.X, or
+# the nearest (3.10 -> 3.11, 3.12 and later -> 3.13): the Python version matters
+# more to a task than the distribution under it.
+_PYTHON_BY_MINOR = {9: _PY_BULLSEYE, 10: _PY_BOOKWORM, 11: _PY_BOOKWORM, 12: _PY_TRIXIE, 13: _PY_TRIXIE, 14: _PY_TRIXIE}
+_DEBIAN_BY_RELEASE = {"11": _BULLSEYE, "bullseye": _BULLSEYE, "12": _BOOKWORM, "bookworm": _BOOKWORM, "stable": _BOOKWORM,
+                      "13": _TRIXIE, "trixie": _TRIXIE, "latest": _TRIXIE}
+_PATTERNS = (
+    (re.compile(r"docker\.io/library/python:3\.(\d+)(\.\d+)?(-slim)?(-(bullseye|bookworm|trixie))?"),
+     lambda m: _PYTHON_BY_MINOR.get(int(m.group(1)))),
+    (re.compile(r"docker\.io/library/debian:([a-z]+|\d+)(\.\d+)*(-slim)?"), lambda m: _DEBIAN_BY_RELEASE.get(m.group(1))),
+    # Ubuntu's archive keys are not in Debian: Debian 13 stands in for every Ubuntu release.
+    (re.compile(r"docker\.io/library/ubuntu:(\d\d\.\d\d|[a-z]+)"), lambda m: _TRIXIE),
+    # Terminal-Bench 1's own base images.
+    (re.compile(r"ghcr\.io/laude-institute/t-bench/python-3-13:[\w.-]+"), lambda m: _PY_TRIXIE),
+    (re.compile(r"ghcr\.io/laude-institute/t-bench/ubuntu-24-04:[\w.-]+"), lambda m: _TRIXIE),
+)
 
 
 def normalise(name: str) -> str:
@@ -104,7 +106,13 @@ def normalise(name: str) -> str:
 
 
 def recipe_for(name: str) -> Recipe | None:
-    return RECIPES.get(normalise(name))
+    """The local stand-in's recipe for a public image name, or None."""
+    norm = normalise(name)
+    for pattern, pick in _PATTERNS:
+        m = pattern.fullmatch(norm)
+        if m:
+            return pick(m)
+    return None
 
 
 def known(name: str) -> bool:
@@ -184,7 +192,7 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print) -> di
     by_recipe: dict[Recipe, list[str]] = {}
     for name in names:
         norm = normalise(name)
-        recipe = RECIPES.get(norm)
+        recipe = recipe_for(norm)
         uv = _UV_IMAGE.fullmatch(norm)
         if uv is not None:
             version = UV_VERSION if uv.group(1) == "latest" else uv.group(1)
@@ -194,7 +202,7 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print) -> di
             out[norm] = norm
             continue
         if recipe is None:
-            out[norm] = f"no local stand-in for base image {name!r} (known: python:3.11-3.13, debian:12/13, ubuntu:22.04/24.04, ghcr.io/astral-sh/uv)"
+            out[norm] = f"no local stand-in for base image {name!r} (known: python:3.9-3.14, debian:11-13, ubuntu:*, Terminal-Bench's bases, ghcr.io/astral-sh/uv)"
             continue
         if engine.image_exists(norm) and _label(engine, norm) == recipe.key():
             out[norm] = norm
