@@ -70,7 +70,7 @@ def _category(reason: str) -> str:
     return "other"
 
 
-def run_task(path: str, engine: engine_mod.Engine, build_timeout: float) -> dict:
+def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, reference_timeout: float) -> dict:
     row: dict = {"task": os.path.relpath(path, os.path.dirname(os.path.dirname(path))), "path": path}
     try:
         folder = terminal_tasks.load_task_folder(path)
@@ -94,7 +94,9 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float) -> dict
             row.update(reference="SANDBOX_ERROR", reference_why=why)
         else:
             try:
-                ran = domain.run_reference(task.hidden)
+                ran = domain.run_reference(task.hidden, reference_timeout)
+                if ran.timed_out:
+                    row["reference_timed_out"] = reference_timeout
                 grade = domain._verify(task.hidden)
                 needs = terminal_tasks.needs_network(ran.output) if ran.exit_code != 0 else None
                 row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
@@ -136,6 +138,8 @@ def report(rows: list[dict]) -> None:
     for r in ref_ran:
         if r.get("reference") != "PASS":
             net = " [its solve.sh needed the network]" if r.get("reference_needs_network") else ""
+            if r.get("reference_timed_out"):
+                net += f" [its solve.sh ran past the {r['reference_timed_out']:g}s cap]"
             print(f"    {r['task']}: reference {r.get('reference')}{net}: {r.get('reference_why', '')[:200]}")
     noop = collections.Counter(r.get("noop") for r in ran)
     judged = sum(r.get("noop") == "FAIL" and r.get("noop_judged") for r in ran)
@@ -210,6 +214,8 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--limit_per_root", type=int, default=None, help="the first N task folders of each root, by name")
     parser.add_argument("--build_timeout", type=float, default=900.0, help="cap on each build (s)")
+    parser.add_argument("--reference_timeout", type=float, default=900.0,
+                        help="cap on each reference solution's run (s), below the task's own agent timeout")
     parser.add_argument("--json", default=None, help="write every row here")
     args = parser.parse_args()
     why = engine_mod.available()
@@ -223,7 +229,7 @@ def main() -> int:
     paths = task_folders(args.roots, args.limit_per_root)
     rows = []
     for i, path in enumerate(paths, 1):
-        row = run_task(path, engine, args.build_timeout)
+        row = run_task(path, engine, args.build_timeout, args.reference_timeout)
         rows.append(row)
         status = row.get("reason", "")[:90] if row["stage"] != "ran" else f"reference {row.get('reference', '-')}, do-nothing {row.get('noop')}"
         print(f"[{i}/{len(paths)}] {row['task']}: {row['stage']} {row.get('build_s', '')}s  {status}", flush=True)

@@ -364,8 +364,11 @@ class TerminalTaskDomain(Domain):
         # An episode dropped mid-way (a reset, a crashed rollout) still frees its container.
         episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, container)
         try:
+            # apt retries a download it cannot make with growing delays; with no network it fails at once instead.
             prepare = self.engine.exec(container, f"mkdir -p {LOGS_PATH}/agent {LOGS_PATH}/verifier {shlex.quote(episode.workdir)} && "
-                                       f"chmod 777 {LOGS_PATH} {LOGS_PATH}/agent\n", 60, user="0")
+                                       f"chmod 777 {LOGS_PATH} {LOGS_PATH}/agent && "
+                                       "{ ! test -d /etc/apt/apt.conf.d || echo 'Acquire::Retries \"0\";' > /etc/apt/apt.conf.d/99rlpt-offline; }\n",
+                                       60, user="0")
             if prepare.exit_code != 0:
                 raise engine_mod.EngineError(f"cannot prepare {LOGS_PATH}: {prepare.output.strip()[-200:]}")
             if self.folder.healthcheck is not None:
@@ -419,10 +422,11 @@ class TerminalTaskDomain(Domain):
     def _last_turn(self, episode: _Episode) -> bool:
         return episode.turns >= self.spec.max_turns
 
-    def run_reference(self, episode: _Episode) -> engine_mod.Exec:
-        """Runs solution/ as Harbor's oracle does: copied to /solution, `bash /solution/solve.sh`."""
+    def run_reference(self, episode: _Episode, timeout_s: float | None = None) -> engine_mod.Exec:
+        """Runs solution/ as Harbor's oracle does: copied to /solution, `bash /solution/solve.sh`,
+        for the agent's timeout_sec (or `timeout_s`, if smaller)."""
         self.engine.copy_in(episode.container, os.path.join(self.folder.path, "solution"), SOLUTION_PATH)
-        budget = self.folder.agent_timeout_s or MAX_TIMEOUT_S
+        budget = min(self.folder.agent_timeout_s or MAX_TIMEOUT_S, timeout_s or MAX_TIMEOUT_S)
         return self._exec(episode, f"bash {SOLUTION_PATH}/solve.sh\n", budget, env=dict(self.folder.solution_env),
                           user=self.folder.agent_user)
 
