@@ -70,10 +70,11 @@ def _category(reason: str) -> str:
     return "other"
 
 
-def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, reference_timeout: float) -> dict:
+def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, reference_timeout: float,
+             solution_packages: bool = False) -> dict:
     row: dict = {"task": os.path.relpath(path, os.path.dirname(os.path.dirname(path))), "path": path}
     try:
-        folder = terminal_tasks.load_task_folder(path)
+        folder = terminal_tasks.load_task_folder(path, solution_packages)
     except terminal_tasks.TaskFolderError as e:
         return {**row, "stage": "load", "reason": str(e)}
     row["has_reference"] = folder.solution is not None
@@ -216,6 +217,8 @@ def main() -> int:
     parser.add_argument("--build_timeout", type=float, default=900.0, help="cap on each build (s)")
     parser.add_argument("--reference_timeout", type=float, default=900.0,
                         help="cap on each reference solution's run (s), below the task's own agent timeout")
+    parser.add_argument("--solution_packages", action="store_true",
+                        help="images also hold what each reference solution installs (apt, pip, uv)")
     parser.add_argument("--json", default=None, help="write every row here")
     args = parser.parse_args()
     why = engine_mod.available()
@@ -229,7 +232,7 @@ def main() -> int:
     paths = task_folders(args.roots, args.limit_per_root)
     rows = []
     for i, path in enumerate(paths, 1):
-        row = run_task(path, engine, args.build_timeout, args.reference_timeout)
+        row = run_task(path, engine, args.build_timeout, args.reference_timeout, args.solution_packages)
         rows.append(row)
         status = row.get("reason", "")[:90] if row["stage"] != "ran" else f"reference {row.get('reference', '-')}, do-nothing {row.get('noop')}"
         print(f"[{i}/{len(paths)}] {row['task']}: {row['stage']} {row.get('build_s', '')}s  {status}", flush=True)

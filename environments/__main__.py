@@ -5,7 +5,9 @@
     python -m environments build PATH [...]    builds the image of each task folder (PATH is a task
                                                folder or a folder of them; cached by content), with a
                                                progress bar and one line per failed build;
-                                               --validate also runs each reference and do-nothing answer
+                                               --validate also runs each reference and do-nothing answer;
+                                               --solution-packages also bakes in what each reference
+                                               solution installs (apt, pip, uv: episodes have no network)
 """
 
 import collections
@@ -24,9 +26,10 @@ def build(argv: list[str]) -> int:
     from environments.containers import engine
 
     validate = "--validate" in argv
-    roots = [a for a in argv if a != "--validate"]
+    solution_packages = "--solution-packages" in argv
+    roots = [a for a in argv if a not in ("--validate", "--solution-packages")]
     if not roots:
-        print("usage: python -m environments build PATH [PATH ...] [--validate]", file=sys.stderr)
+        print("usage: python -m environments build PATH [PATH ...] [--validate] [--solution-packages]", file=sys.stderr)
         return 2
     why = engine.available()
     if why:
@@ -48,7 +51,7 @@ def build(argv: list[str]) -> int:
         name = os.path.basename(path.rstrip("/"))
         print(f"\r{_bar(i - 1, len(paths))} building {name} ...".ljust(90), end="", file=sys.stderr, flush=True)
         try:
-            folder = terminal_tasks.load_task_folder(path)
+            folder = terminal_tasks.load_task_folder(path, solution_packages)
         except terminal_tasks.TaskFolderError as e:
             failed += 1
             print(f"\rFAILED {name}: {e}".ljust(90), file=sys.stderr)

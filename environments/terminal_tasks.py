@@ -124,6 +124,7 @@ class TaskFolder:
     agent_user: str | None = None  # [agent] user: who runs the model's commands (else the image's USER)
     verifier_user: str | None = None  # [verifier] user
     healthcheck: tuple[str, float, float] | None = None  # [environment.healthcheck]: command, seconds to wait, interval
+    solution_packages: bool = False  # the image also holds what solution/solve.sh installs (a loader option)
 
 
 def _read_text(path: str, what: str) -> str:
@@ -156,8 +157,11 @@ def _memory_mb(environment: dict, where: str) -> int:
     return max(64, int(float(m.group(1)) * scale))
 
 
-def load_task_folder(path: str) -> TaskFolder:
-    """Parses one task folder; raises TaskFolderError naming the problem and path."""
+def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
+    """Parses one task folder; raises TaskFolderError naming the problem and path.
+    With `solution_packages`, the task's image will also hold what its reference
+    solution installs with apt, pip or uv (episodes have no network to fetch them;
+    the task then starts with those packages)."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise TaskFolderError(f"not a task folder (no such directory): {path}")
@@ -229,7 +233,8 @@ def load_task_folder(path: str) -> TaskFolder:
     solution = _read_text(solve, "solution/solve.sh").strip() if os.path.isfile(solve) else None
     return TaskFolder(name, path, instruction, difficulty, tags, max_turns, command_timeout, verifier_timeout,
                       solution, agent_timeout, resources, env_of(verifier), build_timeout, workdir, env_of(environment),
-                      env_of(table("solution")), _user(agent, toml_path), _user(verifier, toml_path), healthcheck)
+                      env_of(table("solution")), _user(agent, toml_path), _user(verifier, toml_path), healthcheck,
+                      solution_packages)
 
 
 def _compose_services(text: str) -> list[str]:
@@ -262,7 +267,8 @@ def _user(t: dict, where: str) -> str | None:
 
 def build_task(folder: TaskFolder, engine: engine_mod.Engine | None = None) -> images.Built:
     """Builds the task's image (cached by content); see environments.containers.images."""
-    return images.build(folder.path, folder.name, engine or _ENGINE, timeout_s=folder.build_timeout_s)
+    return images.build(folder.path, folder.name, engine or _ENGINE, timeout_s=folder.build_timeout_s,
+                        solution_packages=folder.solution_packages)
 
 
 # ---------------------------------------------------------------- episodes
@@ -312,7 +318,7 @@ class TerminalTaskDomain(Domain):
         self._prompt = f"{PROTOCOL}\n\nTask:\n{task.instruction}\n\n$ "
         demo = ((task.solution + "\n") if task.solution else "") + DONE
         self._demo = demo
-        self.image = images.tag_for(task.name, task.path)
+        self.image = images.tag_for(task.name, task.path, task.solution_packages)
         self.spec = DomainSpec(
             id=f"rlpt/{FAMILY}-{task.name}-v{version}",
             family=FAMILY,
@@ -577,13 +583,13 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
 
 
 def register_task_folder(path: str, split: str = "train", version: int = 0, build: bool = True, validate: bool = True,
-                         engine: engine_mod.Engine | None = None) -> str:
+                         engine: engine_mod.Engine | None = None, solution_packages: bool = False) -> str:
     """Loads, builds (cached by content) and registers one task folder as
     `rlpt/tbench-<name>-v<version>`; returns the id. Raises TaskFolderError for a
     malformed folder, a failed build, or (with `validate`, see `validate_task`) a
     task whose tests cannot be trusted here: a task that could only ever score 0
     never reaches training as a silent zero-reward domain."""
-    domain = TerminalTaskDomain(load_task_folder(path), split=split, version=version, engine=engine)
+    domain = TerminalTaskDomain(load_task_folder(path, solution_packages), split=split, version=version, engine=engine)
     if build or validate:
         built = build_task(domain.folder, domain.engine)
         if built.error is not None:
@@ -597,7 +603,7 @@ def register_task_folder(path: str, split: str = "train", version: int = 0, buil
 
 
 def register_tasks(root: str, split: str = "train", version: int = 0, skip_unavailable: bool = False,
-                   build: bool = True, validate: bool = True) -> list[str]:
+                   build: bool = True, validate: bool = True, solution_packages: bool = False) -> list[str]:
     """Registers every subfolder of `root` (sorted) as a task; returns the ids. With
     skip_unavailable, folders that cannot load, build or validate are logged with the
     reason and skipped instead of raising."""
@@ -609,7 +615,8 @@ def register_tasks(root: str, split: str = "train", version: int = 0, skip_unava
         if not os.path.isdir(path) or name.startswith("."):
             continue
         try:
-            ids.append(register_task_folder(path, split=split, version=version, build=build, validate=validate))
+            ids.append(register_task_folder(path, split=split, version=version, build=build, validate=validate,
+                                            solution_packages=solution_packages))
         except TaskFolderError as e:
             if not skip_unavailable:
                 raise

@@ -62,9 +62,19 @@ def _files(root: str) -> list[str]:
     return out
 
 
-def digest(task_path: str) -> str:
+def _solve_sh(task_path: str) -> str | None:
+    path = os.path.join(task_path, "solution", "solve.sh")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def digest(task_path: str, solution_packages: bool = False) -> str:
     """Content digest of what the image is built from."""
     h = hashlib.sha256(f"rlpt-task-image {TOOLS_VERSION}\n".encode())
+    if solution_packages:
+        h.update(b"solution-packages\0" + (_solve_sh(task_path) or "").encode())
     env = os.path.join(task_path, "environment")
     for path in _files(env) if os.path.isdir(env) else []:
         h.update(os.path.relpath(path, env).encode() + b"\0")
@@ -80,8 +90,8 @@ def digest(task_path: str) -> str:
     return h.hexdigest()[:16]
 
 
-def tag_for(name: str, task_path: str) -> str:
-    return f"localhost/rlpt-task/{name}:{digest(task_path)}"
+def tag_for(name: str, task_path: str, solution_packages: bool = False) -> str:
+    return f"localhost/rlpt-task/{name}:{digest(task_path, solution_packages)}"
 
 
 def _dockerfile_text(task_path: str) -> str:
@@ -200,15 +210,18 @@ def warm_script(test_sh: str) -> str:
     return "set +e\nexport DEBIAN_FRONTEND=noninteractive\n" + body
 
 
-def needs_tools(task_path: str) -> bool:
-    """Whether the task's test script installs or runs anything (uv, pip, apt) to bake in."""
+def needs_tools(task_path: str, solution_packages: bool = False) -> bool:
+    """Whether the task's test script (or, with `solution_packages`, its reference
+    solution) installs or runs anything (uv, pip, apt) to bake in."""
     path = os.path.join(task_path, "tests", "test.sh")
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    return "uv" in re.findall(r"[A-Za-z_]+", text) or "uvx" in text or bool(warm_script(text).count("\n") > 2)
+    solve = _solve_sh(task_path) if solution_packages else None
+    return ("uv" in re.findall(r"[A-Za-z_]+", text) or "uvx" in text or warm_script(text).count("\n") > 2
+            or (solve is not None and warm_script(solve).count("\n") > 2))
 
 
-def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict) -> str:
+def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict, solution_packages: bool = False) -> str:
     test_sh_path = os.path.join(task_path, "tests", "test.sh")
     with open(test_sh_path, encoding="utf-8", errors="replace") as f:
         test_sh = f.read()
@@ -231,6 +244,11 @@ def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict) -> str:
     with open(os.path.join(tools, "warm.sh"), "w") as f:
         f.write(warm_script(test_sh))
     shutil.copytree(os.path.join(task_path, "tests"), os.path.join(ctx, "tests"), symlinks=True)
+    solve = _solve_sh(task_path) if solution_packages else None
+    if solve is not None:
+        with open(os.path.join(tools, "warm-solution.sh"), "w") as f:
+            f.write(warm_script(solve))
+        shutil.copytree(os.path.join(task_path, "solution"), os.path.join(ctx, "solution"), symlinks=True)
     user = config.get("User") or ""
     workdir = config.get("WorkingDir") or "/"
     lines = [
@@ -242,8 +260,14 @@ def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict) -> str:
         # The test script's own set-up, with the network, once: at verification it finds all of it.
         f"RUN mkdir -p /logs/verifier && cd /tmp && UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy "
         f"bash /opt/rlpt-tools/warm.sh > {WARM_LOG} 2>&1; rm -rf /tests /logs; true",
-        f"WORKDIR {workdir}",
     ]
+    if solve is not None:
+        # What the reference solution installs from the registries (opt-in: the task then
+        # starts with those packages, which an offline episode could not fetch).
+        lines += ["COPY solution/ /solution/",
+                  f"RUN cd /tmp && UV_PYTHON_DOWNLOADS=never UV_LINK_MODE=copy bash /opt/rlpt-tools/warm-solution.sh "
+                  f">> {WARM_LOG} 2>&1; rm -rf /solution; true"]
+    lines.append(f"WORKDIR {workdir}")
     if user:
         lines.append(f"USER {user}")
     with open(os.path.join(ctx, "Dockerfile"), "w") as f:
@@ -261,11 +285,12 @@ def _reason(output: str) -> str:
 
 
 def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: float = 1800.0,
-          log_dir: str | None = None, progress=None) -> Built:
-    """Builds (or finds cached) the image of one task folder."""
+          log_dir: str | None = None, progress=None, solution_packages: bool = False) -> Built:
+    """Builds (or finds cached) the image of one task folder. With `solution_packages`
+    the image also holds what its reference solution installs (apt, pip, uv)."""
     engine = engine or Engine()
     start = time.monotonic()
-    tag = tag_for(name, task_path)
+    tag = tag_for(name, task_path, solution_packages)
     if engine.image_exists(tag):
         return Built(name, tag, time.monotonic() - start, cached=True)
     log_dir = log_dir or os.path.join(CACHE_DIR, "logs")
@@ -292,8 +317,8 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
             ok, out = engine.build(context, env_tag, timeout_s, dockerfile=dockerfile, log_path=log_path)
             if not ok:
                 return Built(name, None, time.monotonic() - start, False, f"the task's Dockerfile failed: {_reason(out)}", log_path)
-            if needs_tools(task_path):
-                ctx = _tools_context(os.path.join(tmp, "tools"), task_path, env_tag, engine.image_config(env_tag))
+            if needs_tools(task_path, solution_packages):
+                ctx = _tools_context(os.path.join(tmp, "tools"), task_path, env_tag, engine.image_config(env_tag), solution_packages)
                 ok, out2 = engine.build(ctx, tag, timeout_s, log_path=log_path + ".tools")
                 if not ok:
                     return Built(name, None, time.monotonic() - start, False,

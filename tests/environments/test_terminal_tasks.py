@@ -400,3 +400,20 @@ def test_base_image_names_resolve_as_podman_resolves_them():
     finally:
         import shutil
         shutil.rmtree(root)
+
+
+def test_a_reference_that_installs_packages_needs_them_baked_in(tmp_path):
+    solve = "apt-get update\napt-get install -y bc\necho '2+3' | bc > /app/sum.txt\n"
+    path = _folder(tmp_path, "needs-bc", test_sh='[ "$(cat /app/sum.txt)" = 5 ]\n',
+                   **{"environment/Dockerfile": "FROM python:3.13-slim\nWORKDIR /app\n", "solution/solve.sh": solve})
+    # Episodes have no network: the reference cannot install bc, and the task is refused saying why.
+    with pytest.raises(TaskFolderError, match="its reference solution needs the network, which episodes do not have"):
+        terminal_tasks.register_task_folder(path)
+    # Opted in, the image holds what the reference installs, and the task is valid.
+    domain_id = terminal_tasks.register_task_folder(path, solution_packages=True)
+    domain = registry.domain(domain_id)
+    assert domain.folder.solution_packages and domain.image != images.tag_for("needs-bc", path)
+    env = gymnasium.make(domain_id)
+    env.reset(seed=0)
+    obs, *_ = env.step("command -v bc")
+    assert "[exit 0] /usr/bin/bc" in obs, obs
