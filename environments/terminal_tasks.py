@@ -51,6 +51,7 @@ image not yet built is SANDBOX_ERROR naming the command that builds it.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import logging
@@ -286,8 +287,19 @@ def _shown(result: engine_mod.Exec) -> str:
     return head + out
 
 
+_LIVE: dict[str, engine_mod.Engine] = {}  # containers this process started and has not removed
+
+
 def _remove_later(engine: engine_mod.Engine, container: str) -> None:
+    _LIVE.pop(container, None)
     threading.Thread(target=engine.remove, args=(container,), daemon=True).start()
+
+
+@atexit.register
+def _remove_live() -> None:
+    """Containers of episodes still open when the process exits go with it."""
+    for container, engine in list(_LIVE.items()):
+        engine.remove(container)
 
 
 @dataclasses.dataclass
@@ -366,6 +378,7 @@ class TerminalTaskDomain(Domain):
         except engine_mod.EngineError as e:
             return str(e)
         episode.container = container
+        _LIVE[container] = self.engine
         episode.workdir = self.folder.workdir or config.get("WorkingDir") or "/"
         # An episode dropped mid-way (a reset, a crashed rollout) still frees its container.
         episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, container)
