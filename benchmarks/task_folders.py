@@ -99,7 +99,7 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
                 if ran.timed_out:
                     row["reference_timed_out"] = reference_timeout
                 grade = domain._verify(task.hidden)
-                needs = terminal_tasks.needs_network(ran.output) if ran.exit_code != 0 else None
+                needs = terminal_tasks.needs_network(ran.output)
                 row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
                            reference_ran=ran.exit_code, reference_output=ran.output[-400:],
                            reference_needs_network=bool(grade.verdict is not Verdict.PASS and needs))

@@ -583,7 +583,7 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
             return f"its reference solution ran past the agent's {domain.folder.agent_timeout_s or MAX_TIMEOUT_S:g}s"
         grade = domain._verify(episode)
         if grade.verdict is not Verdict.PASS:
-            needs = needs_network(ran.output) if ran.exit_code != 0 else None
+            needs = needs_network(ran.output)
             if needs is not None:
                 return f"its reference solution needs the network, which episodes do not have ({needs[:120]})"
             return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}"
