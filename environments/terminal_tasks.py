@@ -166,7 +166,7 @@ def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise TaskFolderError(f"not a task folder (no such directory): {path}")
-    name = os.path.basename(path.rstrip(os.sep)).lower().replace("_", "-")
+    name = re.sub(r"[_.]", "-", os.path.basename(path.rstrip(os.sep)).lower())
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
         raise TaskFolderError(f"task folder name {name!r} must be letters, digits and dashes: {path}")
     if os.path.isdir(os.path.join(path, "steps")):
@@ -280,7 +280,7 @@ def _shown(result: engine_mod.Exec) -> str:
     out = result.output.rstrip("\n").replace("\n", "\\n")
     head = f"[exit {result.exit_code}] "
     if result.output_bytes > len(result.output.encode("utf-8", "replace")):
-        head += f"({result.output_bytes} bytes, start shown) "
+        head += f"({result.output_bytes} bytes, start and end shown) "
     room = OUTPUT_CHARS - len(head)
     if len(out) > room:
         out = out[: room - 40] + " ... " + out[-35:]
@@ -518,7 +518,8 @@ _HARNESS_FAILURES = (
     (re.compile(r"(Could not resolve host|Temporary failure in name resolution|Network is unreachable|"
                 r"No matching distribution found for [^\s]+|Failed to fetch: `[^`]+`|"
                 r"Because [^\n]+ was not found in the cache|Unable to locate package [^\s]+)"), "the tests need the network ({0})"),
-    (re.compile(r"(No interpreter found for Python [^\s]+)"), "the tests ask for a Python the image lacks ({0})"),
+    (re.compile(r"(No interpreter found for Python [^\s]+|A managed Python download is available, but Python downloads are set to 'never')"),
+     "the tests ask for a Python the image lacks ({0})"),
     (re.compile(r"No module named '?(pytest|uv)'?"), "the test runner {0!r} is not installed"),
     (re.compile(r"ERROR: file or directory not found: (/[^\s]+)"), "pytest found no tests at {0!r}"),
 )
