@@ -2,6 +2,7 @@
 
     python benchmarks/task_folders.py ROOT [ROOT ...] [--limit_per_root N] [--build_timeout 600] [--json out.json]
     python benchmarks/task_folders.py --overhead TASK_FOLDER [--episodes 10]
+    python benchmarks/task_folders.py --report rows.json     (the report again, from --json's rows)
 
 Each ROOT is a task folder or a folder of task folders (Harbor / Terminal-Bench 2
 layout; a user stages them from public repositories: nothing is downloaded
@@ -58,11 +59,15 @@ def _category(reason: str) -> str:
         (r"no local stand-in for base image", "base image without a local stand-in"),
         (r"missing tests/test\.sh", "no tests/test.sh"),
         (r"missing instruction\.md", "no instruction.md"),
+        (r"multi-step", "multi-step task (steps/)"),
+        (r"several containers", "several containers (docker-compose services)"),
+        (r"separate verifier", "a separate verifier container"),
         (r"ran past|took over", "build ran past its time limit"),
-        (r"COPY|ADD|no such file or directory|checking context", "Dockerfile COPY source missing"),
-        (r"Could not resolve|Failed to connect|Connection refused|unable to access|SSL|certificate|403|404", "build needs a host other than the package registries"),
-        (r"Unable to locate package|has no installation candidate|E: Package", "apt package not in the stand-in distribution"),
+        (r"Could not resolve|unable to access|Failed to download|Failed to connect|Connection refused|"
+         r"SSL|certificate|\b40[34]\b|wget|curl", "build downloads from a host other than the package registries"),
+        (r"Unable to locate package|has no installation candidate|E: Package|E: Version", "apt package or version not in the stand-in (Debian)"),
         (r"pip|No matching distribution|metadata-generation|wheel", "pip install failed in the build"),
+        (r"COPY|ADD|checking context", "Dockerfile COPY source missing"),
     )
     for pattern, name in rules:
         if re.search(pattern, reason, re.I):
@@ -220,11 +225,23 @@ def main() -> int:
     parser.add_argument("--solution_packages", action="store_true",
                         help="images also hold what each reference solution installs (apt, pip, uv)")
     parser.add_argument("--json", default=None, help="write every row here")
+    parser.add_argument("--report", default=None, help="print the report of rows saved by --json (build reasons re-read from logs)")
     args = parser.parse_args()
     why = engine_mod.available()
     if why:
         print(f"containers unavailable: {why}", file=sys.stderr)
         return 2
+    if args.report:
+        from environments.containers import images
+
+        with open(args.report) as f:
+            rows = json.load(f)
+        for r in rows:
+            if r["stage"] == "build" and r.get("log") and os.path.isfile(r["log"]) and "no local stand-in" not in r["reason"]:
+                with open(r["log"], errors="replace") as f:
+                    r["reason"] = images._reason(f.read())
+        report(rows)
+        return 0
     if args.overhead:
         overhead(args.overhead, args.episodes)
         return 0

@@ -275,13 +275,23 @@ def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict, solutio
     return ctx
 
 
+_CAUSE = re.compile(r"^(E: |ERROR|error|Error:|fatal:|curl: \(\d+\)|wget: |.*Could not resolve|.*Temporary failure resolving|"
+                    r".*No such file or directory|.*not found|.*Permission denied)")
+
+
 def _reason(output: str) -> str:
-    """One line saying why a build failed."""
+    """One line saying why a build failed: the cause a command printed, and the step."""
     lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.startswith("Error:") or "error" in ln.lower():
-            return ln[:300]
-    return (lines[-1] if lines else "no output")[:300]
+    step_at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Error: building at STEP")), None)
+    if step_at is None:
+        last = next((ln for ln in reversed(lines) if ln.startswith("Error:") or "error" in ln.lower()), lines[-1] if lines else "no output")
+        return last[:300]
+    step = re.sub(r"\s+", " ", lines[step_at][len("Error: building at STEP "):].split('": while running')[0].strip('"'))
+    cause = next((lines[i] for i in range(step_at - 1, max(-1, step_at - 40), -1)
+                  if _CAUSE.match(lines[i]) and not lines[i].startswith("Error: building")), None)
+    if cause and "curl: (" in cause:
+        cause = cause[cause.index("curl: ("):]  # past curl's progress meter
+    return (f"{cause[:200]} (at {step[:90]})" if cause else f"a step failed: {step[:200]}")[:300]
 
 
 def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: float = 1800.0,
