@@ -431,6 +431,8 @@ class TerminalTaskDomain(Domain):
                 episode.close(self.engine)
                 return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure: {e}")
             episode.command_s += result.seconds
+            if result.timed_out and limit < self.folder.command_timeout_s:
+                episode.command_s = float(self.folder.agent_timeout_s or 0.0)  # the agent's time is what ran out
             if not done and not self._last_turn(episode) and self._command_limit(episode) > 0:
                 # (when the agent's timeout_sec is spent, the tests run now, as in Terminal-Bench)
                 if result.timed_out:

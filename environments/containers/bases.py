@@ -155,7 +155,7 @@ def uv_binaries(version: str) -> str:
 def _uv_image(version: str, tag: str, engine: Engine) -> None:
     """A stand-in for astral's distroless uv image: /uv and /uvx, from the PyPI wheel."""
     folder = uv_binaries(version)
-    with tempfile.TemporaryDirectory(prefix="rlpt-uv-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rlpt_uv_image_") as tmp:
         tarball = os.path.join(tmp, "uv.tar")
         with tarfile.open(tarball, "w") as tar:
             for b in ("uv", "uvx"):
@@ -212,7 +212,7 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print) -> di
         source = f"localhost/rlpt-base:{recipe.suite}-{recipe.key()}"
         if not (engine.image_exists(source) and _label(engine, source) == recipe.key()):
             progress(f"base image {recipe.suite} ({len(recipe.packages)} packages) for {', '.join(tags)}: building with mmdebstrap")
-            with tempfile.TemporaryDirectory(prefix="rlpt-base-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="rlpt_base_image_") as tmp:
                 tarball = os.path.join(tmp, "rootfs.tar")
                 _mmdebstrap(recipe, tarball, [])
                 ca = HOST_CA_BUNDLE if os.path.isfile(HOST_CA_BUNDLE) else "/etc/ssl/certs/ca-certificates.crt"

@@ -312,7 +312,7 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
                 return Built(name, None, time.monotonic() - start, False, got, None)
         env_tag = f"localhost/rlpt-task-env/{name}:{digest(task_path)}"
         env_dir = os.path.join(task_path, "environment")
-        with tempfile.TemporaryDirectory(prefix="rlpt-build-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="rlpt_image_build_") as tmp:
             if os.path.isfile(os.path.join(env_dir, "Dockerfile")):
                 context, dockerfile = env_dir, None
             else:
