@@ -75,6 +75,15 @@ def _category(reason: str) -> str:
     return "other"
 
 
+def _runs_pytest(path: str) -> bool:
+    """Whether the task's test.sh runs pytest (else the script's own checks are the judge)."""
+    try:
+        with open(os.path.join(path, "tests", "test.sh"), errors="replace") as f:
+            return "pytest" in f.read()
+    except OSError:
+        return False
+
+
 def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, reference_timeout: float,
              solution_packages: bool = False) -> dict:
     row: dict = {"task": os.path.relpath(path, os.path.dirname(os.path.dirname(path))), "path": path}
@@ -116,7 +125,7 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
     task = domain.sample(rng)
     grade = domain.grade(task, terminal_tasks.DONE)
     row.update(noop=grade.verdict.value, noop_why=grade.feedback[:300], noop_s=round(time.monotonic() - start, 1),
-               noop_judged=terminal_tasks.tests_judged(task.hidden.test_output or "") or "pytest" not in (task.hidden.test_output or "pytest"),
+               noop_judged=terminal_tasks.tests_judged(task.hidden.test_output or "") or not _runs_pytest(path),
                noop_tail=(task.hidden.test_output or "")[-600:])
     row["stage"] = "ran"
     return row
@@ -147,6 +156,8 @@ def report(rows: list[dict]) -> None:
             if r.get("reference_timed_out"):
                 net += f" [its solve.sh ran past the {r['reference_timed_out']:g}s cap]"
             print(f"    {r['task']}: reference {r.get('reference')}{net}: {r.get('reference_why', '')[:200]}")
+    for r in ran:
+        r["noop_judged"] = r.get("noop_judged") or not _runs_pytest(r["path"])
     noop = collections.Counter(r.get("noop") for r in ran)
     judged = sum(r.get("noop") == "FAIL" and r.get("noop_judged") for r in ran)
     print(f"do-nothing answers: {len(ran)} run; " + ", ".join(f"{v} {c}" for v, c in noop.most_common())
