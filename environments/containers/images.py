@@ -289,6 +289,8 @@ def _reason(output: str) -> str:
     step = re.sub(r"\s+", " ", lines[step_at][len("Error: building at STEP "):].split('": while running')[0].strip('"'))
     cause = next((lines[i] for i in range(step_at - 1, max(-1, step_at - 40), -1)
                   if _CAUSE.match(lines[i]) and not lines[i].startswith("Error: building")), None)
+    if cause is None and step_at > 0 and not re.match(r"(STEP \d+/\d+:|-->|COMMIT)", lines[step_at - 1]):
+        cause = lines[step_at - 1]  # what the failing command printed last
     if cause and "curl: (" in cause:
         cause = cause[cause.index("curl: ("):]  # past curl's progress meter
     return (f"{cause[:200]} (at {step[:90]})" if cause else f"a step failed: {step[:200]}")[:300]
