@@ -331,6 +331,7 @@ class TerminalTaskDomain(Domain):
         demo = ((task.solution + "\n") if task.solution else "") + DONE
         self._demo = demo
         self.image = images.tag_for(task.name, task.path, task.solution_packages)
+        self._config: dict | None = None  # the image's config, read on the first episode
         self.spec = DomainSpec(
             id=f"rlpt/{FAMILY}-{task.name}-v{version}",
             family=FAMILY,
@@ -367,12 +368,17 @@ class TerminalTaskDomain(Domain):
         """Starts the episode's container; returns why it cannot, or None."""
         if episode.container is not None:
             return None
-        if not self.engine.image_exists(self.image):
-            return (f"the image of task {self.folder.name} is not built: run "
-                    f"`python -m environments build {self.folder.path}` before training")
+        if self._config is None:  # once per domain: the tag names the image's content
+            if not self.engine.image_exists(self.image):
+                return (f"the image of task {self.folder.name} is not built: run "
+                        f"`python -m environments build {self.folder.path}` before training")
+            try:
+                self._config = self.engine.image_config(self.image)
+            except engine_mod.EngineError as e:
+                return str(e)
+        config = self._config
         name = f"rlpt-{self.folder.name[:40]}-{uuid.uuid4().hex[:10]}"
         try:
-            config = self.engine.image_config(self.image)
             container = self.engine.start(self.image, name, self.folder.resources, self._lifetime_s(),
                                           env=dict(self.folder.environment_env), keep_entrypoint=bool(config.get("Entrypoint")))
         except engine_mod.EngineError as e:

@@ -123,8 +123,6 @@ class Engine:
                 proc.returncode = -1
         except OSError as e:
             raise EngineError(f"cannot run podman build: {e}") from None
-        finally:
-            pass
         text = out.decode("utf-8", "replace")
         if log is not None:
             log.write(out)
