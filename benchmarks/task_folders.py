@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -37,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from environments import terminal_tasks  # noqa: E402
 from environments.containers import engine as engine_mod  # noqa: E402
+from environments.containers import images  # noqa: E402
 from environments.verdicts import Verdict  # noqa: E402
 
 
@@ -77,11 +79,7 @@ def _category(reason: str) -> str:
 
 def _runs_pytest(path: str) -> bool:
     """Whether the task's test.sh runs pytest (else the script's own checks are the judge)."""
-    try:
-        with open(os.path.join(path, "tests", "test.sh"), errors="replace") as f:
-            return "pytest" in f.read()
-    except OSError:
-        return False
+    return "pytest" in (images.test_script(path) or "")
 
 
 def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, reference_timeout: float,
@@ -91,8 +89,8 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
         folder = terminal_tasks.load_task_folder(path, solution_packages)
     except terminal_tasks.TaskFolderError as e:
         return {**row, "stage": "load", "reason": str(e)}
-    row["has_reference"] = folder.solution is not None
-    folder = type(folder)(**{**folder.__dict__, "build_timeout_s": min(folder.build_timeout_s, build_timeout)})
+    row["has_reference"] = folder.has_reference
+    folder = dataclasses.replace(folder, build_timeout_s=min(folder.build_timeout_s, build_timeout))
     built = terminal_tasks.build_task(folder, engine)
     row.update(build_s=round(built.seconds, 1), cached=built.cached)
     if built.error is not None:
@@ -101,7 +99,7 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
     import numpy as np
 
     rng = np.random.default_rng(0)
-    if folder.solution is not None:
+    if folder.has_reference:
         start = time.monotonic()
         task = domain.sample(rng)
         why = domain._start(task.hidden)
@@ -109,13 +107,12 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
             row.update(reference="SANDBOX_ERROR", reference_why=why)
         else:
             try:
-                ran = domain.run_reference(task.hidden, reference_timeout)
-                if ran.timed_out:
+                grade, output, timed_out = domain.run_references(task.hidden, reference_timeout)
+                if timed_out:
                     row["reference_timed_out"] = reference_timeout
-                grade = domain._verify(task.hidden)
-                needs = terminal_tasks.needs_network(ran.output)
+                needs = terminal_tasks.needs_network(output)
                 row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
-                           reference_ran=ran.exit_code, reference_output=ran.output[-400:],
+                           reference_output=output[-400:],
                            reference_needs_network=bool(grade.verdict is not Verdict.PASS and needs))
             except engine_mod.EngineError as e:
                 task.hidden.close(engine)
@@ -123,7 +120,7 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
         row["reference_s"] = round(time.monotonic() - start, 1)
     start = time.monotonic()
     task = domain.sample(rng)
-    grade = domain.grade(task, terminal_tasks.DONE)
+    grade = terminal_tasks.do_nothing(domain, task)
     row.update(noop=grade.verdict.value, noop_why=grade.feedback[:300], noop_s=round(time.monotonic() - start, 1),
                noop_judged=terminal_tasks.tests_judged(task.hidden.test_output or "") or not _runs_pytest(path),
                noop_tail=(task.hidden.test_output or "")[-600:])
@@ -243,8 +240,6 @@ def main() -> int:
         print(f"containers unavailable: {why}", file=sys.stderr)
         return 2
     if args.report:
-        from environments.containers import images
-
         with open(args.report) as f:
             rows = json.load(f)
         for r in rows:

@@ -40,7 +40,7 @@ def build(argv: list[str]) -> int:
         if not os.path.isdir(root):
             print(f"no such folder: {root}", file=sys.stderr)
             return 2
-        if os.path.isdir(os.path.join(root, "tests")):
+        if any(os.path.exists(os.path.join(root, n)) for n in ("tests", "steps", "task.toml")):
             paths.append(root)
         else:
             paths += sorted(os.path.join(root, d) for d in os.listdir(root)

@@ -24,8 +24,9 @@ Tool-using domains (`spec.max_turns` set, e.g. the "tools" family): a turn may
 be a non-scored `ToolReply` instead of a graded answer (a tool call's result,
 or MALFORMED/ERROR feedback on a call that cannot run). Such a step returns
 reward 0, terminated=False, truncated=False and the observation
-"\\n<label>: <text>\\n" (label "result" for a tool result, else the verdict) to
-append to the conversation; it consumes a turn but not an attempt. Only the
+"\\n<label>: <text>\\n" (label "result" for a tool result, else the verdict;
+then, when the domain moves on to a next instruction, that text) to append to
+the conversation; it consumes a turn but not an attempt. Only the
 final answer is graded, under the attempt rules above. Every step consumes one
 turn of the budget (`gymnasium.make(id, max_turns=n)`, default
 `spec.max_turns`); spending it without success truncates with reward 0.
@@ -226,7 +227,8 @@ class TaskEnv(gymnasium.Env[str, str]):
             "attempt": self._attempt,
             **self._turn_metrics(reply.tool),
         }
-        return f"\n{label}: {text}\n", 0.0, False, turns_spent, info
+        obs = f"\n{label}: {text}\n" + (f"\n{_valid_text(reply.task_text)}" if reply.task_text else "")
+        return _truncate(obs, self.observation_space.max_length), 0.0, False, turns_spent, info
 
     def _turn_metrics(self, tool: str = "") -> dict[str, Any]:
         """Per-episode counts so far, and the tool called this turn ("" if none)."""

@@ -29,7 +29,10 @@ is a fresh `bash` in the image's WORKDIR, usually /app). Each model turn is a
 shell script; its exit status and output (one bounded line) come back as a
 non-scored `ToolReply`. A turn whose last line is `DONE` ends the episode: the
 lines before it run first, then the tests. The budget's last turn, and a turn
-after the agent's timeout_sec is spent, are graded the same way.
+after the agent's timeout_sec is spent, are graded the same way. In a multi-step
+task DONE ends the step: its tests run, and the next step's instruction comes
+back as a non-scored reply (`ToolReply.task_text`), each step with its own turn
+budget and times, all in the same container; the last step's end grades the task.
 
 Verification (paths as the tasks wrote them): tests/ is copied to /tests only
 now (binary files as they are), /logs/verifier is created, and `bash
@@ -105,19 +108,35 @@ class TaskFolderError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class TaskFolder:
+class Step:
+    """One step of a task: what the model is asked, how long it may work, how it is judged.
+    A single-step task is one step named "" (the folder's own instruction.md, tests/ and
+    solution/); a multi-step task (Harbor's [[steps]]) has one per steps/<name>/."""
     name: str
-    path: str
     instruction: str
-    difficulty: str
-    tags: tuple[str, ...]
+    tests: tuple[str, ...]  # folders copied to /tests in this order (a later file replaces an earlier one)
+    solution_dir: str | None  # copied to /solution for the reference run
+    solution: str | None  # its solve.sh
     max_turns: int
     command_timeout_s: float
     verifier_timeout_s: float
-    solution: str | None
-    agent_timeout_s: float | None = None  # the episode's command time in all ([agent] timeout_sec)
-    resources: engine_mod.Resources = engine_mod.Resources()
+    agent_timeout_s: float | None = None  # the step's command time in all ([agent] timeout_sec)
     verifier_env: tuple[tuple[str, str], ...] = ()
+    workdir_files: str | None = None  # steps/<name>/workdir/: copied into the WORKDIR before the step (setup.sh then runs)
+    healthcheck: tuple[str, float, float] | None = None  # command, seconds to wait, interval
+    min_reward: float | None = None  # below it, the later steps are not run
+    contributes: bool = True  # counted in the "mean" reward
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskFolder:
+    name: str
+    path: str
+    difficulty: str
+    tags: tuple[str, ...]
+    steps: tuple[Step, ...]
+    reward_strategy: str = "mean"  # multi-step: "mean" of the steps (unreached count 0) or the "final" step's
+    resources: engine_mod.Resources = engine_mod.Resources()
     build_timeout_s: float = 1800.0
     workdir: str | None = None  # [environment] workdir, else the image's WORKDIR
     environment_env: tuple[tuple[str, str], ...] = ()  # [environment.env]: the container's variables
@@ -126,6 +145,15 @@ class TaskFolder:
     verifier_user: str | None = None  # [verifier] user
     healthcheck: tuple[str, float, float] | None = None  # [environment.healthcheck]: command, seconds to wait, interval
     solution_packages: bool = False  # the image also holds what solution/solve.sh installs (a loader option)
+
+    @property
+    def has_reference(self) -> bool:
+        """Every step has a reference solution."""
+        return all(step.solution is not None for step in self.steps)
+
+    @property
+    def max_turns(self) -> int:
+        return sum(step.max_turns for step in self.steps)
 
 
 def _read_text(path: str, what: str) -> str:
@@ -158,6 +186,84 @@ def _memory_mb(environment: dict, where: str) -> int:
     return max(64, int(float(m.group(1)) * scale))
 
 
+def _healthcheck(health: Any, where: str) -> tuple[str, float, float] | None:
+    if not isinstance(health, dict) or not health.get("command"):
+        return None
+    interval = _number(health, "interval_sec", 2, where)
+    wait = _number(health, "start_period_sec", 5, where) + interval * (1 + int(health.get("retries", 3)))
+    return str(health["command"]), min(wait, MAX_TIMEOUT_S), interval
+
+
+def _env_of(t: dict) -> tuple[tuple[str, str], ...]:
+    return tuple((str(k), str(v)) for k, v in (t.get("env") if isinstance(t.get("env"), dict) else {}).items())
+
+
+def _table(t: dict, key: str) -> dict:
+    return t.get(key) if isinstance(t.get(key), dict) else {}
+
+
+def _step(path: str, where: str, name: str, agent: dict, verifier: dict, tests: tuple[str, ...],
+          solution_dir: str | None, instruction_path: str, **extra: Any) -> Step:
+    """One step from its [agent]/[verifier] settings (a step's own over the task's)."""
+    instruction = _read_text(instruction_path, os.path.relpath(instruction_path, path)).strip()
+    if not instruction:
+        raise TaskFolderError(f"instruction.md is empty: {instruction_path}")
+    if not any(os.path.isfile(os.path.join(t, "test.sh")) for t in tests):
+        raise TaskFolderError(f"task folder is missing tests/test.sh: {os.path.join(tests[-1] if tests else path, 'test.sh')}"
+                              if not name else f"step {name!r} has no tests/test.sh (its own or the task's): {path}")
+    max_turns = agent.get("max_turns", DEFAULT_MAX_TURNS)
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise TaskFolderError(f"{where}: [agent] max_turns must be an int >= 1, got {max_turns!r}")
+    agent_timeout = (min(_number(agent, "timeout_sec", MAX_TIMEOUT_S, where), MAX_TIMEOUT_S)
+                     if "timeout_sec" in agent else None)
+    command_default = agent_timeout if agent_timeout is not None else DEFAULT_COMMAND_TIMEOUT_S
+    command_timeout = min(_number(agent, "command_timeout_sec", command_default, where), agent_timeout or MAX_TIMEOUT_S)
+    verifier_timeout = min(_number(verifier, "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S, where), MAX_TIMEOUT_S)
+    solve = os.path.join(solution_dir, "solve.sh") if solution_dir else None
+    solution = _read_text(solve, os.path.relpath(solve, path)).strip() if solve and os.path.isfile(solve) else None
+    return Step(name, instruction, tests, solution_dir if solution is not None else None, solution, max_turns,
+                command_timeout, verifier_timeout, agent_timeout, _env_of(verifier), **extra)
+
+
+def _steps(path: str, toml_path: str, meta: dict, agent: dict, verifier: dict) -> tuple[Step, ...]:
+    """Harbor's [[steps]]: each steps/<name>/ holds instruction.md and optionally tests/
+    (over the task's tests/), solution/ and workdir/; its [steps.agent] and
+    [steps.verifier] settings fall back to the task's."""
+    entries = meta.get("steps")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise TaskFolderError(f"{toml_path}: a task with a steps/ folder declares its steps as [[steps]] tables "
+                              f"(each with a name), got {entries!r}")
+    task_tests = os.path.join(path, "tests")
+    root_solution = os.path.join(path, "solution")
+    steps, seen = [], set()
+    for i, entry in enumerate(entries):
+        name = entry.get("name")
+        where = f"{toml_path} [[steps]] #{i + 1}"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in seen:
+            raise TaskFolderError(f"{where}: name must be a folder name under steps/, unique, got {name!r}")
+        seen.add(name)
+        folder = os.path.join(path, "steps", name)
+        if not os.path.isdir(folder):
+            raise TaskFolderError(f"{where}: no folder steps/{name}/ for step {name!r}")
+        min_reward = entry.get("min_reward")
+        if min_reward is not None and (isinstance(min_reward, bool) or not isinstance(min_reward, (int, float))
+                                       or not 0 <= min_reward <= 1):
+            raise TaskFolderError(f"{where}: min_reward must be a number in [0, 1] (per-key thresholds are not "
+                                  f"supported: rewards here are one number), got {min_reward!r}")
+        tests = tuple(t for t in (task_tests, os.path.join(folder, "tests")) if os.path.isdir(t))
+        solution_dir = next((d for d in (os.path.join(folder, "solution"), root_solution)
+                             if os.path.isfile(os.path.join(d, "solve.sh"))), None)
+        workdir_files = os.path.join(folder, "workdir")
+        steps.append(_step(path, where, name, {**agent, **_table(entry, "agent")},
+                           {**verifier, **_table(entry, "verifier")}, tests, solution_dir,
+                           os.path.join(folder, "instruction.md"),
+                           workdir_files=workdir_files if os.path.isdir(workdir_files) else None,
+                           healthcheck=_healthcheck(entry.get("healthcheck"), where),
+                           min_reward=None if min_reward is None else float(min_reward),
+                           contributes=bool(entry.get("contributes_to_mean", True))))
+    return tuple(steps)
+
+
 def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
     """Parses one task folder; raises TaskFolderError naming the problem and path.
     With `solution_packages`, the task's image will also hold what its reference
@@ -169,14 +275,6 @@ def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
     name = re.sub(r"[_.]", "-", os.path.basename(path.rstrip(os.sep)).lower())
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name):
         raise TaskFolderError(f"task folder name {name!r} must be letters, digits and dashes: {path}")
-    if os.path.isdir(os.path.join(path, "steps")):
-        raise TaskFolderError(f"multi-step tasks (steps/) are not supported: {path}")
-    instruction = _read_text(os.path.join(path, "instruction.md"), "instruction.md").strip()
-    if not instruction:
-        raise TaskFolderError(f"instruction.md is empty: {os.path.join(path, 'instruction.md')}")
-    test_sh = os.path.join(path, "tests", "test.sh")
-    if not os.path.isfile(test_sh):
-        raise TaskFolderError(f"task folder is missing tests/test.sh: {test_sh}")
     meta: dict[str, Any] = {}
     toml_path = os.path.join(path, "task.toml")
     if os.path.isfile(toml_path):
@@ -185,11 +283,7 @@ def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
                 meta = tomllib.load(f)
         except (tomllib.TOMLDecodeError, OSError) as e:
             raise TaskFolderError(f"cannot parse {toml_path}: {e}") from None
-
-    def table(key: str) -> dict:
-        return meta.get(key) if isinstance(meta.get(key), dict) else {}
-
-    metadata, agent, verifier, environment = table("metadata"), table("agent"), table("verifier"), table("environment")
+    metadata, agent, verifier, environment = (_table(meta, k) for k in ("metadata", "agent", "verifier", "environment"))
     for compose_name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
         compose = os.path.join(path, "environment", compose_name)
         if os.path.isfile(compose):
@@ -207,34 +301,23 @@ def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
     tags = tuple(str(t) for t in raw_tags) if isinstance(raw_tags, list) else ()
     if isinstance(metadata.get("category"), str):
         tags += (metadata["category"],)
-    max_turns = agent.get("max_turns", DEFAULT_MAX_TURNS)
-    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-        raise TaskFolderError(f"{toml_path}: [agent] max_turns must be an int >= 1, got {max_turns!r}")
-    agent_timeout = (min(_number(agent, "timeout_sec", MAX_TIMEOUT_S, toml_path), MAX_TIMEOUT_S)
-                     if "timeout_sec" in agent else None)
-    command_default = agent_timeout if agent_timeout is not None else DEFAULT_COMMAND_TIMEOUT_S
-    command_timeout = min(_number(agent, "command_timeout_sec", command_default, toml_path), agent_timeout or MAX_TIMEOUT_S)
-    verifier_timeout = min(_number(verifier, "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S, toml_path), MAX_TIMEOUT_S)
-    def env_of(t: dict) -> tuple[tuple[str, str], ...]:
-        return tuple((str(k), str(v)) for k, v in (t.get("env") if isinstance(t.get("env"), dict) else {}).items())
-
-    health = environment.get("healthcheck") if isinstance(environment.get("healthcheck"), dict) else None
-    healthcheck = None
-    if health and health.get("command"):
-        interval = _number(health, "interval_sec", 2, toml_path)
-        wait = _number(health, "start_period_sec", 5, toml_path) + interval * (1 + int(health.get("retries", 3)))
-        healthcheck = (str(health["command"]), min(wait, MAX_TIMEOUT_S), interval)
+    if os.path.isdir(os.path.join(path, "steps")) or "steps" in meta:
+        steps = _steps(path, toml_path, meta, agent, verifier)
+    else:
+        steps = (_step(path, toml_path, "", agent, verifier, (os.path.join(path, "tests"),),
+                       os.path.join(path, "solution"), os.path.join(path, "instruction.md")),)
+    strategy = meta.get("multi_step_reward_strategy", "mean")
+    if strategy not in ("mean", "final"):
+        raise TaskFolderError(f"{toml_path}: multi_step_reward_strategy must be 'mean' or 'final', got {strategy!r}")
     workdir = environment.get("workdir")
     if workdir is not None and not (isinstance(workdir, str) and workdir.startswith("/")):
         raise TaskFolderError(f"{toml_path}: [environment] workdir must be an absolute path, got {workdir!r}")
     cpus = min(_number(environment, "cpus", 1, toml_path), float(os.cpu_count() or 1))
     resources = engine_mod.Resources(cpus=cpus, memory_mb=_memory_mb(environment, toml_path))
     build_timeout = min(_number(environment, "build_timeout_sec", 1800, toml_path), MAX_TIMEOUT_S)
-    solve = os.path.join(path, "solution", "solve.sh")
-    solution = _read_text(solve, "solution/solve.sh").strip() if os.path.isfile(solve) else None
-    return TaskFolder(name, path, instruction, difficulty, tags, max_turns, command_timeout, verifier_timeout,
-                      solution, agent_timeout, resources, env_of(verifier), build_timeout, workdir, env_of(environment),
-                      env_of(table("solution")), _user(agent, toml_path), _user(verifier, toml_path), healthcheck,
+    return TaskFolder(name, path, difficulty, tags, steps, strategy, resources, build_timeout, workdir,
+                      _env_of(environment), _env_of(_table(meta, "solution")), _user(agent, toml_path),
+                      _user(verifier, toml_path), _healthcheck(environment.get("healthcheck"), toml_path),
                       solution_packages)
 
 
@@ -304,11 +387,13 @@ def _remove_live() -> None:
 
 @dataclasses.dataclass
 class _Episode:
-    turns: int = 0
-    command_s: float = 0.0  # time its commands took, against the agent's timeout_sec
+    step: int = 0  # index of the task's step under way
+    turns: int = 0  # the model's turns in this step
+    command_s: float = 0.0  # time this step's commands took, against its agent timeout_sec
+    rewards: list = dataclasses.field(default_factory=list)  # the finished steps' rewards
     container: str | None = None
     workdir: str = "/"
-    test_output: str | None = None  # what test.sh printed (for reports)
+    test_output: str | None = None  # what the last test.sh printed (for reports)
     _finalizer: Any = None
 
     def close(self, engine: engine_mod.Engine) -> None:
@@ -320,37 +405,45 @@ class _Episode:
 
 
 class TerminalTaskDomain(Domain):
-    answer_format = f"a bash script (a turn whose last line is {DONE} ends the episode)"
+    answer_format = f"a bash script (a turn whose last line is {DONE} ends the step)"
 
     def __init__(self, task: TaskFolder, split: str = "train", version: int = 0,
                  engine: engine_mod.Engine | None = None) -> None:
         self.folder = task
         self.engine = engine or _ENGINE
         self.splits = (splits.check_split(split),)
-        self._prompt = f"{PROTOCOL}\n\nTask:\n{task.instruction}\n\n$ "
-        demo = ((task.solution + "\n") if task.solution else "") + DONE
-        self._demo = demo
+        steps = task.steps
+        if len(steps) == 1:
+            self._prompts = (f"{PROTOCOL}\n\nTask:\n{steps[0].instruction}\n\n$ ",)
+        else:
+            self._prompts = tuple(
+                (f"{PROTOCOL} The task has {len(steps)} steps, one after another in the same environment; each is "
+                 f"checked when you end it with {DONE}, then the next is shown.\n\n" if i == 0 else "")
+                + f"Step {i + 1} of {len(steps)}:\n{step.instruction}\n\n$ " for i, step in enumerate(steps))
+        self._turns = tuple(((step.solution + "\n") if step.solution else "") + DONE for step in steps)
         self.image = images.tag_for(task.name, task.path, task.solution_packages)
         self._config: dict | None = None  # the image's config, read on the first episode
         self.spec = DomainSpec(
             id=f"rlpt/{FAMILY}-{task.name}-v{version}",
             family=FAMILY,
             difficulty=task.difficulty,
-            tags=("terminal", "shell", "container", "tool-use", "multi-turn", "tbench", *task.tags),
-            max_prompt_chars=len(self._prompt),
-            max_answer_chars=max(MAX_ANSWER_CHARS, len(demo)),
-            description=f"Terminal-Bench-style task '{task.name}' ({task.path}), in its own container, graded by tests/test.sh",
+            tags=("terminal", "shell", "container", "tool-use", "multi-turn", "tbench", *task.tags)
+                 + (("multi-step",) if len(steps) > 1 else ()),
+            max_prompt_chars=max(len(p) for p in self._prompts),
+            max_answer_chars=max(MAX_ANSWER_CHARS, *(len(t) for t in self._turns)),
+            description=f"Terminal-Bench-style task '{task.name}' ({task.path}), in its own container, graded by its tests"
+                        + (f" after each of its {len(steps)} steps" if len(steps) > 1 else ""),
             max_turns=task.max_turns,
         )
 
     def sample(self, rng: np.random.Generator) -> Task:
         return Task(
-            key=f"tbench:{self.folder.name}:{self.folder.instruction}",
-            prompt=self._prompt,
-            demonstration=self._demo,
+            key=f"tbench:{self.folder.name}:" + "\n".join(step.instruction for step in self.folder.steps),
+            prompt=self._prompts[0],
+            demonstration=self._turns[-1],
             hidden=_Episode(),  # fresh per episode: its container starts on the first turn
             retry_cue="$ ",
-            demonstration_turns=(self._demo,),
+            demonstration_turns=self._turns,
         )
 
     def sample_in_split(self, rng: np.random.Generator, split: str) -> Task:
@@ -361,8 +454,9 @@ class TerminalTaskDomain(Domain):
     # ---------------------------------------------------------- container
 
     def _lifetime_s(self) -> float:
-        agent = self.folder.agent_timeout_s or self.folder.command_timeout_s * self.folder.max_turns
-        return agent + self.folder.verifier_timeout_s + 3600.0  # then it removes itself, whatever happens here
+        agent = sum(s.agent_timeout_s or s.command_timeout_s * s.max_turns for s in self.folder.steps)
+        verify = sum(s.verifier_timeout_s for s in self.folder.steps)
+        return agent + verify + 3600.0  # then it removes itself, whatever happens here
 
     def _start(self, episode: _Episode) -> str | None:
         """Starts the episode's container; returns why it cannot, or None."""
@@ -396,22 +490,40 @@ class TerminalTaskDomain(Domain):
                                        60, user="0")
             if prepare.exit_code != 0:
                 raise engine_mod.EngineError(f"cannot prepare {LOGS_PATH}: {prepare.output.strip()[-200:]}")
-            if self.folder.healthcheck is not None:
-                command, wait_s, interval_s = self.folder.healthcheck
-                deadline = time.monotonic() + wait_s
-                while self.engine.exec(container, command + "\n", max(1.0, interval_s), user="0").exit_code != 0:
-                    if time.monotonic() > deadline:
-                        raise engine_mod.EngineError(f"the task's healthcheck ({command}) did not pass in {wait_s:g}s")
-                    time.sleep(interval_s)
+            self._wait_healthy(container, self.folder.healthcheck)
+            self._begin_step(episode)
         except engine_mod.EngineError as e:
             episode.close(self.engine)
             return str(e)
         return None
 
+    def _wait_healthy(self, container: str, healthcheck: tuple[str, float, float] | None) -> None:
+        if healthcheck is None:
+            return
+        command, wait_s, interval_s = healthcheck
+        deadline = time.monotonic() + wait_s
+        while self.engine.exec(container, command + "\n", max(1.0, interval_s), user="0").exit_code != 0:
+            if time.monotonic() > deadline:
+                raise engine_mod.EngineError(f"the task's healthcheck ({command}) did not pass in {wait_s:g}s")
+            time.sleep(interval_s)
+
+    def _begin_step(self, episode: _Episode) -> None:
+        """The step's workdir/ files go into the WORKDIR and its setup.sh runs there (as the
+        agent), then its healthcheck must pass: all before the model's first turn of it."""
+        step = self.folder.steps[episode.step]
+        if step.workdir_files is not None:
+            self.engine.copy_in(episode.container, step.workdir_files, episode.workdir, merge=True)
+            if os.path.isfile(os.path.join(step.workdir_files, "setup.sh")):
+                ran = self._exec(episode, "bash ./setup.sh\n", step.verifier_timeout_s, user=self.folder.agent_user)
+                if ran.exit_code != 0:
+                    raise engine_mod.EngineError(f"step {step.name!r}: its workdir/setup.sh failed "
+                                                 f"(exit {ran.exit_code}): {ran.output.strip()[-200:]}")
+        self._wait_healthy(episode.container, step.healthcheck)
+
     def _command_limit(self, episode: _Episode) -> float:
-        budget = self.folder.agent_timeout_s
-        left = float("inf") if budget is None else budget - episode.command_s
-        return max(0.0, min(self.folder.command_timeout_s, left))
+        step = self.folder.steps[episode.step]
+        left = float("inf") if step.agent_timeout_s is None else step.agent_timeout_s - episode.command_s
+        return max(0.0, min(step.command_timeout_s, left))
 
     def _exec(self, episode: _Episode, script: str, timeout_s: float, env: dict[str, str] | None = None,
               user: str | None = None) -> engine_mod.Exec:
@@ -420,6 +532,7 @@ class TerminalTaskDomain(Domain):
     def grade(self, task: Task, answer: str) -> Grade | ToolReply:
         episode: _Episode = task.hidden
         episode.turns += 1
+        step = self.folder.steps[episode.step]
         lines = answer.split("\n")
         done = lines[-1].strip() == DONE
         command = "\n".join(lines[:-1]).strip() if done else answer
@@ -428,7 +541,7 @@ class TerminalTaskDomain(Domain):
             return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure: {why}")
         if "\x00" in command:
             reply = ToolReply(Verdict.MALFORMED, "a shell script cannot contain a NUL byte")
-            return reply if not self._last_turn(episode) else self._verify(episode)
+            return reply if not self._last_turn(episode) else self._end_step(episode)
         if command and self._command_limit(episode) > 0:
             limit = self._command_limit(episode)
             try:
@@ -437,46 +550,95 @@ class TerminalTaskDomain(Domain):
                 episode.close(self.engine)
                 return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure: {e}")
             episode.command_s += result.seconds
-            if result.timed_out and limit < self.folder.command_timeout_s:
-                episode.command_s = float(self.folder.agent_timeout_s or 0.0)  # the agent's time is what ran out
+            if result.timed_out and limit < step.command_timeout_s:
+                episode.command_s = float(step.agent_timeout_s or 0.0)  # the agent's time is what ran out
             if not done and not self._last_turn(episode) and self._command_limit(episode) > 0:
                 # (when the agent's timeout_sec is spent, the tests run now, as in Terminal-Bench)
                 if result.timed_out:
                     return ToolReply(Verdict.ERROR, f"timed out after {limit:g}s; " + _shown(result), "bash")
                 return ToolReply(Verdict.TOOL, _shown(result), "bash")
-        return self._verify(episode)
+        return self._end_step(episode)
 
     def _last_turn(self, episode: _Episode) -> bool:
-        return episode.turns >= self.spec.max_turns
+        return episode.turns >= self.folder.steps[episode.step].max_turns
+
+    def _end_step(self, episode: _Episode) -> Grade | ToolReply:
+        """The step's tests judge it; then the next step begins (a non-scored reply
+        holding its instruction), or the episode ends with the task's grade."""
+        step = self.folder.steps[episode.step]
+        grade = self._verify(episode)
+        if grade.infra_error or len(self.folder.steps) == 1:
+            episode.close(self.engine)
+            return grade
+        episode.rewards.append(grade.reward)
+        stop = step.min_reward is not None and grade.reward < step.min_reward
+        if stop or episode.step + 1 == len(self.folder.steps):
+            episode.close(self.engine)
+            return self._overall(episode, stopped_at=step.name if stop and episode.step + 1 < len(self.folder.steps) else None)
+        episode.step += 1
+        episode.turns, episode.command_s = 0, 0.0
+        try:
+            self._begin_step(episode)
+        except engine_mod.EngineError as e:
+            episode.close(self.engine)
+            return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure before step {episode.step + 1}: {e}")
+        return ToolReply(Verdict.TOOL, f"step {episode.step} of {len(self.folder.steps)} is over", "tests",
+                         task_text=self._prompts[episode.step])
+
+    def _overall(self, episode: _Episode, stopped_at: str | None) -> Grade:
+        steps = self.folder.steps
+        rewards = episode.rewards + [0.0] * (len(steps) - len(episode.rewards))  # steps not reached score 0
+        if self.folder.reward_strategy == "final":
+            reward = rewards[-1]
+        else:
+            counted = [r for r, s in zip(rewards, steps) if s.contributes] or rewards
+            reward = sum(counted) / len(counted)
+        per_step = ", ".join(f"{s.name} {r:g}" for s, r in zip(steps, episode.rewards))
+        said = f"steps: {per_step}" + (f"; stopped after {stopped_at!r} (below its min_reward)" if stopped_at else "")
+        return passed(said) if reward == 1.0 else failed(f"{self.folder.reward_strategy} reward {reward:g} ({said})", reward)
 
     def run_reference(self, episode: _Episode, timeout_s: float | None = None) -> engine_mod.Exec:
-        """Runs solution/ as Harbor's oracle does: copied to /solution, `bash /solution/solve.sh`,
-        for the agent's timeout_sec (or `timeout_s`, if smaller)."""
-        self.engine.copy_in(episode.container, os.path.join(self.folder.path, "solution"), SOLUTION_PATH)
-        budget = min(self.folder.agent_timeout_s or MAX_TIMEOUT_S, timeout_s or MAX_TIMEOUT_S)
+        """Runs the current step's solution/ as Harbor's oracle does: copied to /solution,
+        `bash /solution/solve.sh`, for the step's agent timeout_sec (or `timeout_s`, if smaller)."""
+        step = self.folder.steps[episode.step]
+        self._exec(episode, f"rm -rf {SOLUTION_PATH}\n", 60, user="0")
+        self.engine.copy_in(episode.container, step.solution_dir, SOLUTION_PATH)
+        budget = min(step.agent_timeout_s or MAX_TIMEOUT_S, timeout_s or MAX_TIMEOUT_S)
         return self._exec(episode, f"bash {SOLUTION_PATH}/solve.sh\n", budget, env=dict(self.folder.solution_env),
                           user=self.folder.agent_user)
+
+    def run_references(self, episode: _Episode, timeout_s: float | None = None) -> tuple[Grade, str, bool]:
+        """The oracle through every step: each step's reference, then its tests. Returns the
+        task's grade, what the references printed, and whether one ran past its time."""
+        outputs, timed_out = [], False
+        while True:
+            ran = self.run_reference(episode, timeout_s)
+            outputs.append(ran.output)
+            timed_out |= ran.timed_out
+            result = self._end_step(episode)
+            if isinstance(result, Grade):
+                return result, "\n".join(outputs), timed_out
 
     def _verify(self, episode: _Episode) -> Grade:
         try:
             return self._verify_in(episode)
         except engine_mod.EngineError as e:
             return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure while testing: {e}")
-        finally:
-            episode.close(self.engine)
 
     def _verify_in(self, episode: _Episode) -> Grade:
         ctr = episode.container
+        step = self.folder.steps[episode.step]
         # Whatever the model left at these paths is replaced by the task's own files.
         self._exec(episode, f"rm -rf {TESTS_PATH} {LOGS_PATH}/verifier; mkdir -p {LOGS_PATH}/verifier {LOGS_PATH}/agent\n", 60, user="0")
-        self.engine.copy_in(ctr, os.path.join(self.folder.path, "tests"), TESTS_PATH)
+        for i, tests in enumerate(step.tests):  # the task's tests/, then the step's over them
+            self.engine.copy_in(ctr, tests, TESTS_PATH, merge=i > 0)
         env = {**OFFLINE_ENV, "TEST_DIR": TESTS_PATH, "TESTS_DIR": TESTS_PATH, "LOGS_DIR": LOGS_PATH,
-               "APP_DIR": episode.workdir, **dict(self.folder.verifier_env)}
-        result = self._exec(episode, f"bash {TESTS_PATH}/test.sh\n", self.folder.verifier_timeout_s, env=env,
+               "APP_DIR": episode.workdir, **dict(step.verifier_env)}
+        result = self._exec(episode, f"bash {TESTS_PATH}/test.sh\n", step.verifier_timeout_s, env=env,
                             user=self.folder.verifier_user)
         episode.test_output = result.output
         if result.timed_out:
-            return Grade(Verdict.TIMEOUT, 0.0, f"the tests ran past {self.folder.verifier_timeout_s:g}s")
+            return Grade(Verdict.TIMEOUT, 0.0, f"the tests ran past {step.verifier_timeout_s:g}s")
         tail = result.output.strip().splitlines()[-1:]
         said = f" (tests said: {tail[0][:160]})" if tail else ""
         reward = self._reward_file(ctr)
@@ -570,33 +732,38 @@ def needs_network(output: str) -> str | None:
     return m.group(1) if m else None
 
 
+def do_nothing(domain: TerminalTaskDomain, task: Task) -> Grade:
+    """The grade of an episode whose every turn is a bare DONE (each step ended at once)."""
+    while not isinstance(result := domain.grade(task, DONE), Grade):
+        pass
+    return result
+
+
 def validate_task(domain: TerminalTaskDomain) -> str | None:
     """Why the task's tests cannot be trusted here, or None: its reference solution
     (if it has one, run as Harbor's oracle runs it) must PASS, and a do-nothing
     answer must be judged FAIL by the tests themselves (not PASS, and not a
     harness that never ran)."""
     rng = np.random.default_rng(0)
-    if domain.folder.solution is not None:
+    if domain.folder.has_reference:
         task = domain.sample(rng)
         episode: _Episode = task.hidden
         why = domain._start(episode)
         if why is not None:
             return f"its container cannot start: {why}"
         try:
-            ran = domain.run_reference(episode)
+            grade, output, timed_out = domain.run_references(episode)
         except engine_mod.EngineError as e:
             episode.close(domain.engine)
             return f"its reference solution cannot run: {e}"
-        if ran.timed_out:
-            episode.close(domain.engine)
-            return f"its reference solution ran past the agent's {domain.folder.agent_timeout_s or MAX_TIMEOUT_S:g}s"
-        grade = domain._verify(episode)
         if grade.verdict is not Verdict.PASS:
-            needs = needs_network(ran.output)
+            needs = needs_network(output)
             if needs is not None:
                 return f"its reference solution needs the network, which episodes do not have ({needs[:120]})"
+            if timed_out:
+                return f"its reference solution ran past the agent's timeout ({grade.feedback[:160]})"
             return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}"
-    grade = domain.grade(domain.sample(rng), DONE)
+    grade = do_nothing(domain, domain.sample(rng))
     if grade.verdict is Verdict.PASS:
         return "its tests pass a do-nothing answer"
     if grade.verdict is not Verdict.FAIL:

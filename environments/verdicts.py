@@ -78,11 +78,15 @@ class ToolReply:
       tool failed) when `text` explains what to repair.
     text: result or feedback, one line; the env cuts it to FEEDBACK_MAX_CHARS.
     tool: name of the tool that was called, "" when none could be identified.
+    task_text: the task's own next instruction (a multi-step task's next step),
+      shown in full after the one-line `text` and followed by the retry cue. It
+      comes from the task's author, never from the model's commands.
     """
 
     verdict: Verdict
     text: str
     tool: str = ""
+    task_text: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in (Verdict.TOOL, Verdict.MALFORMED, Verdict.ERROR):

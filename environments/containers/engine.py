@@ -191,9 +191,10 @@ class Engine:
         text = out.decode("utf-8", "replace")
         return text.startswith("Error: ") and ("container" in text or "OCI" in text or "runc" in text)
 
-    def copy_in(self, container: str, source: str, dest: str) -> None:
-        """Copies a host file or folder (binary files as they are) to `dest` in the container."""
-        self._call(["cp", source, f"{container}:{dest}"], 300)
+    def copy_in(self, container: str, source: str, dest: str, merge: bool = False) -> None:
+        """Copies a host file or folder (binary files as they are) to `dest` in the container;
+        with `merge`, a folder's contents go into the existing folder `dest` (same names replaced)."""
+        self._call(["cp", os.path.join(source, ".") if merge else source, f"{container}:{dest}"], 300)
 
     def read_file(self, container: str, path: str, limit: int = 1 << 20) -> bytes | None:
         """A file's bytes from inside the container, or None when it does not exist."""

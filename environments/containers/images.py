@@ -62,12 +62,36 @@ def _files(root: str) -> list[str]:
     return out
 
 
+def _folders(task_path: str, kind: str) -> list[str]:
+    """The task's `kind` folders ("tests" or "solution"): its own, then each step's
+    (steps/<name>/<kind>, a multi-step task), those that exist."""
+    steps = os.path.join(task_path, "steps")
+    names = sorted(os.listdir(steps)) if os.path.isdir(steps) else []
+    return [d for d in [os.path.join(task_path, kind)] + [os.path.join(steps, n, kind) for n in names] if os.path.isdir(d)]
+
+
+def _scripts(task_path: str, kind: str, script: str) -> str | None:
+    """The text of every `kind`/`script` of the task (its own and its steps'), joined; None if none."""
+    texts = []
+    for folder in _folders(task_path, kind):
+        if os.path.isfile(os.path.join(folder, script)):
+            with open(os.path.join(folder, script), encoding="utf-8", errors="replace") as f:
+                texts.append(f.read())
+    return "\n".join(texts) if texts else None
+
+
 def _solve_sh(task_path: str) -> str | None:
-    path = os.path.join(task_path, "solution", "solve.sh")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    return _scripts(task_path, "solution", "solve.sh")
+
+
+def test_script(task_path: str) -> str:
+    """Every test.sh of the task (its own and its steps'), joined."""
+    return _scripts(task_path, "tests", "test.sh") or ""
+
+
+def _merge_copy(folders: list[str], dest: str) -> None:
+    for folder in folders:
+        shutil.copytree(folder, dest, symlinks=True, dirs_exist_ok=True)
 
 
 def digest(task_path: str, solution_packages: bool = False) -> str:
@@ -80,10 +104,9 @@ def digest(task_path: str, solution_packages: bool = False) -> str:
         h.update(os.path.relpath(path, env).encode() + b"\0")
         with open(path, "rb") as f:
             h.update(hashlib.sha256(f.read()).digest())
-    test_sh = os.path.join(task_path, "tests", "test.sh")
-    if os.path.isfile(test_sh):
-        with open(test_sh, "rb") as f:
-            h.update(b"test.sh\0" + f.read())
+    test_sh = test_script(task_path)
+    if test_sh:
+        h.update(b"test.sh\0" + test_sh.encode())
     for name in base_images(task_path):
         recipe = bases.recipe_for(name)
         h.update(f"base {bases.normalise(name)} {recipe.key() if recipe else bases.known(name)}\n".encode())
@@ -213,18 +236,14 @@ def warm_script(test_sh: str) -> str:
 def needs_tools(task_path: str, solution_packages: bool = False) -> bool:
     """Whether the task's test script (or, with `solution_packages`, its reference
     solution) installs or runs anything (uv, pip, apt) to bake in."""
-    path = os.path.join(task_path, "tests", "test.sh")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+    text = test_script(task_path)
     solve = _solve_sh(task_path) if solution_packages else None
     return ("uv" in re.findall(r"[A-Za-z_]+", text) or "uvx" in text or warm_script(text).count("\n") > 2
             or (solve is not None and warm_script(solve).count("\n") > 2))
 
 
 def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict, solution_packages: bool = False) -> str:
-    test_sh_path = os.path.join(task_path, "tests", "test.sh")
-    with open(test_sh_path, encoding="utf-8", errors="replace") as f:
-        test_sh = f.read()
+    test_sh = test_script(task_path)
     tools = os.path.join(ctx, "rlpt-tools")
     os.makedirs(os.path.join(tools, "bin"))
     uv = bases.uv_binaries(_uv_version(test_sh))
@@ -243,12 +262,13 @@ def _tools_context(ctx: str, task_path: str, env_tag: str, config: dict, solutio
         f.write(install)
     with open(os.path.join(tools, "warm.sh"), "w") as f:
         f.write(warm_script(test_sh))
-    shutil.copytree(os.path.join(task_path, "tests"), os.path.join(ctx, "tests"), symlinks=True)
+    _merge_copy(_folders(task_path, "tests"), os.path.join(ctx, "tests"))
+    os.makedirs(os.path.join(ctx, "tests"), exist_ok=True)
     solve = _solve_sh(task_path) if solution_packages else None
     if solve is not None:
         with open(os.path.join(tools, "warm-solution.sh"), "w") as f:
             f.write(warm_script(solve))
-        shutil.copytree(os.path.join(task_path, "solution"), os.path.join(ctx, "solution"), symlinks=True)
+        _merge_copy(_folders(task_path, "solution"), os.path.join(ctx, "solution"))
     user = config.get("User") or ""
     workdir = config.get("WorkingDir") or "/"
     lines = [

@@ -209,7 +209,8 @@ def test_task_toml_timeouts_bound_the_episode_and_the_tests(tmp_path):
     path = _folder(tmp_path, "timed", **{"task.toml": toml})
     folder = terminal_tasks.load_task_folder(path)
     # The tests get what the task asks for; a command at most what is left of the agent's time.
-    assert (folder.agent_timeout_s, folder.command_timeout_s, folder.verifier_timeout_s) == (3.0, 3.0, 900.0)
+    step, = folder.steps
+    assert (step.agent_timeout_s, step.command_timeout_s, step.verifier_timeout_s) == (3.0, 3.0, 900.0)
     env = gymnasium.make(terminal_tasks.register_task_folder(path))
     env.reset(seed=0)
     obs, reward, terminated, _, step = env.step("sleep 0.2; echo first")
@@ -229,6 +230,102 @@ def test_task_toml_timeouts_bound_the_episode_and_the_tests(tmp_path):
     env.reset(seed=0)
     obs, reward, terminated, _, step = env.step("sleep 10")
     assert (reward, terminated, step["verdict"]) == (0.0, False, "ERROR") and "timed out" in obs
+
+
+MULTI_STEP_TOML = """
+multi_step_reward_strategy = "{strategy}"
+[agent]
+timeout_sec = 30.0
+[[steps]]
+name = "make"
+min_reward = 1.0
+[[steps]]
+name = "greet"
+[steps.agent]
+max_turns = 2
+[steps.verifier.env]
+WHO = "Harbor"
+[steps.healthcheck]
+command = "test -x /app/greet.sh"
+interval_sec = 1
+retries = 2
+[[steps]]
+name = "notes"
+contributes_to_mean = {counts}
+"""
+
+
+def _multi_step(tmp_path, name, strategy="mean", counts="true"):
+    return _write(tmp_path / name, {
+        "task.toml": MULTI_STEP_TOML.format(strategy=strategy, counts=counts),
+        "tests/lib.sh": 'score() { echo "$1" > /logs/verifier/reward.txt; exit 0; }\n',  # shared by every step
+        "steps/make/instruction.md": "Write an executable /app/greet.sh.\n",
+        "steps/make/tests/test.sh": "source /tests/lib.sh\ntest -x /app/greet.sh && score 1\nscore 0\n",
+        "steps/make/solution/solve.sh": "printf '#!/bin/sh\\necho hi\\n' > /app/greet.sh && chmod +x /app/greet.sh\n",
+        "steps/greet/instruction.md": "Make greet.sh print 'Hello, <name in who.txt>!'.\n",
+        "steps/greet/workdir/who.txt": "  Harbor \n",
+        "steps/greet/workdir/setup.sh": "tr -d '[:space:]' < who.txt > t && mv t who.txt && rm -- \"$0\"\n",
+        "steps/greet/tests/test.sh": ('source /tests/lib.sh\ntest ! -e /app/setup.sh || score 0\n'
+                                      '[ "$(/app/greet.sh)" = "Hello, $WHO!" ] && score 1\nscore 0\n'),
+        "steps/greet/solution/solve.sh": "printf '#!/bin/sh\\necho \"Hello, $(cat /app/who.txt)!\"\\n' > /app/greet.sh\n",
+        "steps/notes/instruction.md": "Write /app/NOTES.md.\n",
+        "steps/notes/tests/test.sh": "source /tests/lib.sh\ntest -s /app/NOTES.md && score 1\nscore 0\n",
+        "steps/notes/solution/solve.sh": "echo notes > /app/NOTES.md\n",
+    })
+
+
+def test_multi_step_tasks_run_their_steps_in_one_container(tmp_path):
+    spec_id = terminal_tasks.register_task_folder(_multi_step(tmp_path, "steps-mean"))  # validated: oracle and no-op
+    folder = registry.domain(spec_id).folder
+    assert [s.name for s in folder.steps] == ["make", "greet", "notes"] and folder.max_turns == 8 + 2 + 8
+    assert folder.steps[1].verifier_env == (("WHO", "Harbor"),) and folder.steps[0].agent_timeout_s == 30.0
+    env = gymnasium.make(spec_id)
+    obs, info = env.reset(seed=0)
+    assert "Step 1 of 3:\nWrite an executable /app/greet.sh." in obs and "Step 2" not in obs
+    turns = info["demonstration_turns"]
+    assert len(turns) == 3 and all(t.endswith("\nDONE") for t in turns)
+    # Step 1 done: the next instruction comes, after greet's workdir/ was copied in and its setup.sh ran.
+    obs, reward, terminated, _, step = env.step(turns[0])
+    assert (reward, terminated, step["verdict"]) == (0.0, False, "TOOL")
+    assert "step 1 of 3 is over" in obs and obs.endswith("Step 2 of 3:\nMake greet.sh print 'Hello, <name in who.txt>!'.\n\n$ ")
+    obs, *_ = env.step("cat who.txt; ls")
+    assert "Harbor" in obs and "setup.sh" not in obs  # setup.sh ran and removed itself
+    obs, reward, terminated, _, step = env.step("printf '#!/bin/sh\\necho nope\\n' > greet.sh\nDONE")  # step 2 wrong
+    assert (terminated, step["verdict"]) == (False, "TOOL")
+    obs, reward, terminated, _, step = env.step(turns[2])
+    assert (reward, terminated, step["verdict"]) == (pytest.approx(2 / 3), True, "FAIL"), step
+    assert "make 1, greet 0, notes 1" in step["feedback"]
+    # A step below its min_reward stops the episode; steps not reached count 0.
+    env.reset(seed=0)
+    _, reward, terminated, _, step = env.step("DONE")
+    assert (reward, terminated, step["verdict"]) == (0.0, True, "FAIL") and "stopped after 'make'" in step["feedback"]
+    # A step's turn budget ends the step, not the episode.
+    env.reset(seed=0)
+    env.step(turns[0])
+    env.step("echo one")
+    obs, reward, terminated, _, step = env.step("echo two")
+    assert (terminated, step["verdict"]) == (False, "TOOL") and "Step 3 of 3" in obs
+
+
+def test_multi_step_rewards_final_or_mean_of_the_counted_steps(tmp_path):
+    for name, strategy, counts, expected in (("steps-final", "final", "true", 1.0), ("steps-uncounted", "mean", "false", 0.5)):
+        env = gymnasium.make(terminal_tasks.register_task_folder(_multi_step(tmp_path, name, strategy, counts), validate=False))
+        _, info = env.reset(seed=0)
+        turns = info["demonstration_turns"]
+        env.step(turns[0])
+        env.step("DONE")  # step 2 left undone: 0
+        _, reward, terminated, _, step = env.step(turns[2])
+        assert (reward, terminated) == (expected, True), (name, step)
+    path = _multi_step(tmp_path, "steps-bad")
+    _write(tmp_path / "steps-bad", {"task.toml": '[[steps]]\nname = "make"\nmin_reward = {"a" = 1}\n'})
+    with pytest.raises(TaskFolderError, match="min_reward must be a number"):
+        terminal_tasks.load_task_folder(path)
+    _write(tmp_path / "steps-bad", {"task.toml": '[[steps]]\nname = "missing"\n'})
+    with pytest.raises(TaskFolderError, match="no folder steps/missing/"):
+        terminal_tasks.load_task_folder(path)
+    _write(tmp_path / "steps-bad", {"task.toml": 'multi_step_reward_strategy = "max"\n[[steps]]\nname = "make"\n'})
+    with pytest.raises(TaskFolderError, match="'mean' or 'final', got 'max'"):
+        terminal_tasks.load_task_folder(path)
 
 
 @pytest.mark.parametrize("name, test_sh, why", [
@@ -326,7 +423,7 @@ def test_loading_needs_no_engine_and_refuses_nothing_for_size(tmp_path):
             '[environment]\ncpus = 64\nmemory = "1G"\nbuild_timeout_sec = 600.0\n')
     folder = terminal_tasks.load_task_folder(_folder(tmp_path, "user_keys.v2", **{"task.toml": toml}))
     assert folder.name == "user-keys-v2"  # as Terminal-Bench names some tasks (install-windows-3.11)
-    assert (folder.difficulty, folder.max_turns, folder.verifier_env) == ("hard", 3, (("MODE", "strict"),))
+    assert (folder.difficulty, folder.max_turns, folder.steps[0].verifier_env) == ("hard", 3, (("MODE", "strict"),))
     assert folder.resources.memory_mb == 1024 and folder.resources.cpus == os.cpu_count()  # at most the host's
     assert folder.build_timeout_s == 600.0
 
