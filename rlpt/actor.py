@@ -37,7 +37,7 @@ from rlpt.config import LoraSection, OptimConfig, RLConfig, ShardingConfig, Trai
 from rlpt.keys import run_key
 from rlpt.models import ModelConfig, ValueModel
 from rlpt.models.hf import save_hf_checkpoint
-from rlpt.models.lora import init_lora, lora_rl_train_step, merge_lora, save_adapters
+from rlpt.models.lora import init_lora, merge_lora, save_adapters
 from rlpt.packing import Packing, pack_width
 from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advantages,
                      is_per_token, kl_reward_penalty_BxT, loss_counts, make_kl_controller,
@@ -51,8 +51,8 @@ from rlpt.runtime import (batch_multiple, batch_sharding, host_to_global, is_pri
 from rlpt.sampling import SamplingParams
 from rlpt.sharding import state_shardings
 from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
-                        make_optimizer, rl_train_step, sequence_logprobs, sequence_values,
-                        value_train_step)
+                        lora_rl_train_step, make_optimizer, rl_train_step, sequence_logprobs,
+                        sequence_values, value_train_step)
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from flax import nnx
 
 from rlpt.config import OptimConfig
 from rlpt.models import causal_mask, init_cache
+from rlpt.models.lora import LoraConfig, apply_lora
 from rlpt.rl import (LossConfig, LossCounts, ValueLossConfig, entropy_from_logits,
                      policy_objective, value_objective)
 from rlpt.sampling.logits import SamplingParams, token_logprobs
@@ -210,10 +211,34 @@ def rl_train_step(state: TrainState, batch: RLBatch, counts: LossCounts, kl_coef
   coefficient (a fixed or adaptive controller's value); ``shared``: see
   ``forward_logits``.
   """
+  return _policy_update(state, lambda params: params, batch, counts, kl_coef, graphdef=graphdef,
+                        optimizer=optimizer, loss_cfg=loss_cfg, sampling=sampling, shared=shared)
+
+
+def lora_rl_train_step(state: TrainState, base: nnx.State, batch: RLBatch, counts: LossCounts,
+                       kl_coef: jax.Array, *, graphdef: nnx.GraphDef,
+                       optimizer: optax.GradientTransformation, loss_cfg: LossConfig,
+                       sampling: SamplingParams, lora_cfg: LoraConfig,
+                       shared: SharedPrefix | None = None) -> tuple[TrainState, dict]:
+  """``rl_train_step`` with ``state.params`` = the adapters over the frozen ``base``.
+
+  ``base`` is a plain argument, not differentiated: its gradient is never
+  computed, and the optimizer state covers the adapters alone. The old and
+  reference log-probs in ``batch`` come from the merged policy and the base.
+  """
+  return _policy_update(state, lambda adapters: apply_lora(base, adapters, lora_cfg), batch, counts,
+                        kl_coef, graphdef=graphdef, optimizer=optimizer, loss_cfg=loss_cfg,
+                        sampling=sampling, shared=shared)
+
+
+def _policy_update(state: TrainState, model_params, batch: RLBatch, counts: LossCounts,
+                   kl_coef: jax.Array, *, graphdef, optimizer, loss_cfg, sampling,
+                   shared) -> tuple[TrainState, dict]:
+  """The update of ``state.params``, which ``model_params`` maps to the model's parameters."""
 
   def loss_fn(params):
-    return policy_loss(params, batch, counts, kl_coef, graphdef=graphdef, loss_cfg=loss_cfg,
-                       sampling=sampling, shared=shared)
+    return policy_loss(model_params(params), batch, counts, kl_coef, graphdef=graphdef,
+                       loss_cfg=loss_cfg, sampling=sampling, shared=shared)
 
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   return apply_gradients(state, grads, optimizer), {**metrics,

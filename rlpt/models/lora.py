@@ -138,29 +138,6 @@ def num_adapter_params(adapters: nnx.State) -> int:
 
 
 # ----------------------------------------------------------------------------
-# The RL step over adapters only.
-
-
-def lora_rl_train_step(state, base: nnx.State, batch, counts, kl_coef, *, graphdef, optimizer,
-                       loss_cfg, sampling, lora_cfg: LoraConfig, shared=None):
-  """``rlpt.steps.rl_train_step`` with ``state.params`` = the adapters.
-
-  ``base`` is a plain argument, not differentiated: its gradient is never
-  computed, and the optimizer state covers the adapters alone. The old and
-  reference log-probs in ``batch`` come from the merged policy and the base.
-  """
-  from rlpt.steps import apply_gradients, policy_loss
-
-  def loss_fn(adapters):
-    return policy_loss(apply_lora(base, adapters, lora_cfg), batch, counts, kl_coef,
-                       graphdef=graphdef, loss_cfg=loss_cfg, sampling=sampling, shared=shared)
-
-  (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  return apply_gradients(state, grads, optimizer), {**metrics,
-                                                    "grad_norm": optax.tree.norm(grads)}
-
-
-# ----------------------------------------------------------------------------
 # Adapters alone on disk (PEFT layout).
 
 

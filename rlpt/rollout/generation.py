@@ -5,7 +5,7 @@ Plain runs use ``Sampler`` (every model option). The fast path (int8 weights
 or KV cache, prefix sharing) uses ``FastSampler`` with a flat cache plus, with
 ``share_prefix``, a second one whose GRPO groups share their prompt's cache
 (the first turn of grouped rollouts). ``speculative.gamma`` adds a distilled
-draft (rlpt.sampling.speculative_rollout). Every generate program is jitted once per
+draft (rlpt.rollout.speculative). Every generate program is jitted once per
 sampling mode with explicit shardings over the mesh's sampling layout.
 """
 
@@ -26,7 +26,7 @@ from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_g
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sampling.sampler import auto_decode_phases
 from rlpt.sampling.fast import FastSampler, FlatLayout
-from rlpt.sampling.speculative_rollout import SpeculativeRollout
+from rlpt.rollout.speculative import SpeculativeRollout
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import QuantizedState, quantize_params
 from rlpt.sharding import Rules

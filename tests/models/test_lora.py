@@ -11,12 +11,13 @@ from flax import nnx
 from rlpt.models import ModelConfig, Transformer
 from rlpt.models.hf import hf_state_dict
 from rlpt.models.lora import (LoraConfig, apply_lora, init_lora, load_adapters,
-                              lora_rl_train_step, merge_lora, num_adapter_params, peft_tensors,
+                              merge_lora, num_adapter_params, peft_tensors,
                               save_adapters)
 from rlpt.rl import LossConfig
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import DEFAULT_RULES, make_mesh, state_shardings
-from rlpt.steps import LossCounts, RLBatch, TrainState, forward_logits, sequence_logprobs
+from rlpt.steps import (LossCounts, RLBatch, TrainState, forward_logits, lora_rl_train_step,
+                        sequence_logprobs)
 
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
                   head_dim=8, mlp_dim=48, tie_embeddings=False, scale_tied_head=False)

@@ -18,11 +18,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlpt.config import OptimConfig
 from rlpt.distill import DraftDistiller
 from rlpt.models import Transformer
 from rlpt.runtime import jit_spec_sampler, place_params, to_host
 from rlpt.sampling.speculative import AdaptiveGamma, SpeculativeSampler
 from rlpt.sharding import state_shardings
+from rlpt.steps import make_optimizer
 
 
 class SpeculativeRollout:
@@ -35,8 +37,6 @@ class SpeculativeRollout:
 
   def __init__(self, spec_cfg, graphdef, model_cfg, args, layouts: dict, param_sh, mesh, rules,
                seed: int | jax.Array, total_steps: int):
-    from rlpt.config import OptimConfig
-    from rlpt.steps import make_optimizer
     self.cfg = spec_cfg
     self.graphdef, self.model_cfg, self.args, self.layouts = graphdef, model_cfg, args, layouts
     self.param_sh, self.mesh, self.rules = param_sh, mesh, rules
