@@ -12,7 +12,7 @@ CONFIG ?= experiments/grpo_default.py
 
 PEERS := .peers
 
-.PHONY: setup system train smoke test bench bench-device bench-peers bench-peers-main clean
+.PHONY: setup system train smoke lint test bench bench-device bench-peers bench-peers-main clean
 
 setup: system $(STAMP) $(ROOTPATH)
 
@@ -37,7 +37,11 @@ train: setup
 smoke: setup
 	$(PY) -m launch.train --config=$(CONFIG):smoke --workdir=runs/smoke
 
-test: setup
+# Pyflakes findings (pyproject.toml [tool.ruff]); the layer contract is tests/test_layers.py.
+lint: setup
+	$(PY) -m ruff check .
+
+test: setup lint
 	$(PY) -m pytest -q tests
 
 bench: setup

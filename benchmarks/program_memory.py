@@ -9,7 +9,7 @@ call it collects garbage, hands freed heap back to the system
 (``malloc_trim``) and reads the process's resident memory. Prints the
 increase per first call (a new program) and per second call (no new
 program), and their medians: what a long run's memory grows by with each
-new shape it meets. Then bounds the programs kept (rlpt.runtime.PROGRAMS,
+new shape it meets. Then bounds the programs kept (rlpt.device.PROGRAMS,
 ``--keep``) and prints what that hands back. About 2 minutes on 2 CPU cores
 (mostly compilation).
 """
@@ -36,7 +36,7 @@ def main(_):
   from experiments import grpo_all_domains
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.keys import run_key
-  from rlpt.runtime import PROGRAMS, resident_mib
+  from rlpt.device import PROGRAMS, resident_mib
   from rlpt.trainer import Trainer
 
   cd = grpo_all_domains.get_config("")
@@ -81,7 +81,7 @@ def main(_):
   print(f"median over {len(new)} shapes: new program {statistics.median(new):+.1f} MiB "
         f"[{min(new):+.1f} .. {max(new):+.1f}], same shape again "
         f"{statistics.median(again):+.1f} MiB")
-  print(f"bounded from {kept} to {len(PROGRAMS)} programs (rlpt.runtime.PROGRAMS): "
+  print(f"bounded from {kept} to {len(PROGRAMS)} programs (rlpt.device.PROGRAMS): "
         f"{freed:.1f} MiB handed back")
 
 

@@ -46,7 +46,7 @@ def task_folders(roots: list[str], limit_per_root: int | None = None) -> list[st
     out = []
     for root in roots:
         root = os.path.abspath(root)
-        if os.path.isfile(os.path.join(root, "instruction.md")) or os.path.isdir(os.path.join(root, "tests")):
+        if any(os.path.exists(os.path.join(root, n)) for n in ("instruction.md", "tests", "steps", "task.toml")):
             out.append(root)
             continue
         subs = sorted(os.path.join(root, d) for d in os.listdir(root)
@@ -59,9 +59,8 @@ def _category(reason: str) -> str:
     """A short group name for a refusal reason."""
     rules = (
         (r"no local stand-in for base image", "base image without a local stand-in"),
-        (r"missing tests/test\.sh", "no tests/test.sh"),
+        (r"missing tests/test\.sh|has no tests/test\.sh", "no tests/test.sh"),
         (r"missing instruction\.md", "no instruction.md"),
-        (r"multi-step", "multi-step task (steps/)"),
         (r"several containers", "several containers (docker-compose services)"),
         (r"separate verifier", "a separate verifier container"),
         (r"ran past|took over", "build ran past its time limit"),

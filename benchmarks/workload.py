@@ -78,7 +78,7 @@ PEER_ENV = dict(os.environ)
 CPU_DEVICES = int(os.environ.get("RLPT_CPU_DEVICES",
                                  math.gcd(os.cpu_count() or 1, GRPO_PROMPTS, SAMPLE_ROWS)))
 if "XLA_FLAGS" not in os.environ:
-  from rlpt.runtime import set_cpu_devices  # noqa: E402  (launch.train --cpu_devices)
+  from rlpt.device import set_cpu_devices  # noqa: E402  (launch.train --cpu_devices)
   set_cpu_devices(CPU_DEVICES)
 
 import jax  # noqa: E402

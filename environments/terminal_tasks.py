@@ -250,6 +250,10 @@ def _steps(path: str, toml_path: str, meta: dict, agent: dict, verifier: dict) -
                                        or not 0 <= min_reward <= 1):
             raise TaskFolderError(f"{where}: min_reward must be a number in [0, 1] (per-key thresholds are not "
                                   f"supported: rewards here are one number), got {min_reward!r}")
+        mode = _table(entry, "verifier").get("environment_mode", "shared")
+        if mode != "shared":
+            raise TaskFolderError(f"{where}: [steps.verifier] environment_mode = {mode!r} (a separate verifier "
+                                  "container) is not supported; 'shared' is")
         tests = tuple(t for t in (task_tests, os.path.join(folder, "tests")) if os.path.isdir(t))
         solution_dir = next((d for d in (os.path.join(folder, "solution"), root_solution)
                              if os.path.isfile(os.path.join(d, "solve.sh"))), None)

@@ -24,10 +24,10 @@ COMPILATION_CACHE = flags.DEFINE_string(
 
 
 MAX_PROGRAMS = flags.DEFINE_integer(
-    "max_programs", None, "Compiled programs kept in memory (rlpt.runtime.PROGRAMS: sampler, "
+    "max_programs", None, "Compiled programs kept in memory (rlpt.device.PROGRAMS: sampler, "
     "reference pass and update, one per shape); past it the least recently used is dropped and, "
     "met again, loaded from --compilation_cache. 0: no bound. Default: "
-    "rlpt.runtime.MAX_PROGRAMS.", lower_bound=0)
+    "rlpt.device.MAX_PROGRAMS.", lower_bound=0)
 
 
 USAGE_EXIT = 2  # the exit status of every user mistake on the command line
@@ -146,7 +146,7 @@ def check_workdir(path: str) -> str:
 
 def pin_cpu_threads() -> None:
   """Applies --cpu_threads before JAX starts; a conflict exits with a usage error."""
-  from rlpt.runtime import cpu_only_host, set_cpu_threads
+  from rlpt.device import cpu_only_host, set_cpu_threads
   if not cpu_only_host():
     return
   if not flags.FLAGS["cpu_threads"].present and "PJRT_NPROC" in os.environ:
@@ -159,7 +159,7 @@ def pin_cpu_threads() -> None:
 
 def use_compilation_cache() -> None:
   """Applies --compilation_cache; a folder that cannot be made exits with a usage error."""
-  from rlpt.runtime import use_compilation_cache as use
+  from rlpt.device import use_compilation_cache as use
   if not flags.FLAGS["compilation_cache"].present and "JAX_COMPILATION_CACHE_DIR" in os.environ:
     return  # the environment's own choice stands unless the flag is given
   try:
@@ -169,9 +169,9 @@ def use_compilation_cache() -> None:
 
 
 def bound_programs() -> None:
-  """Applies --max_programs (when given) to rlpt.runtime.PROGRAMS."""
+  """Applies --max_programs (when given) to rlpt.device.PROGRAMS."""
   if MAX_PROGRAMS.value is not None:
-    from rlpt.runtime import PROGRAMS
+    from rlpt.device import PROGRAMS
     PROGRAMS.resize(MAX_PROGRAMS.value)
 
 

@@ -5,7 +5,7 @@ r"""Prints the per-device memory of a policy + reference + critic run on a mesh.
         --config.mesh.fsdp=8
 
 Nothing is allocated: shapes come from jax.eval_shape on an AbstractMesh, so a
-laptop can plan a pod (rlpt.sharding.memory).
+laptop can plan a pod (rlpt.device.memory).
 """
 
 from absl import app
@@ -17,8 +17,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Plan config file.", l
 
 
 def plan(cfg):
-  """rlpt.config.PlanConfig -> rlpt.sharding.memory.MemoryPlan."""
-  from rlpt.sharding.memory import memory_plan
+  """rlpt.config.PlanConfig -> rlpt.device.memory.MemoryPlan."""
+  from rlpt.device.memory import memory_plan
   return memory_plan(cfg.model, cfg.mesh.as_dict(), cfg.num_devices, cfg.sharding.train_rules,
                      cfg.sharding.sample_rules, train_batch=cfg.train_batch, seq_len=cfg.seq_len,
                      sample_batch=cfg.sample_batch, sample_len=cfg.sample_len,

@@ -59,7 +59,7 @@ def main(argv):
     common.usage_error(f"unexpected arguments {argv[1:]}; every setting is a --flag or --config.<key>=<value>")
   common.quiet_libraries()
   from rlpt.config import TrainConfig
-  from rlpt.runtime import set_cpu_devices
+  from rlpt.device import set_cpu_devices
   cfg = common.typed_config(TrainConfig, _CONFIG.value)
   common.check_domains(cfg)
   common.check_workdir(_WORKDIR.value)

@@ -26,7 +26,6 @@ import os
 import time
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -45,7 +44,7 @@ from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advan
                      truncated_is_weights)
 from rlpt.rollout.batch import RolloutBatch
 from rlpt.rollout.pipeline import BusyClock
-from rlpt.runtime import (batch_multiple, batch_sharding, host_to_global, is_primary, jit_step,
+from rlpt.device import (batch_multiple, batch_sharding, host_to_global, is_primary, jit_step,
                           make_reshard, place_params, place_train_state, pooled_jit, replicated,
                           to_device, to_host, with_rules)
 from rlpt.sampling import SamplingParams

@@ -24,12 +24,14 @@ from rlpt.config import PretrainConfig, from_config_dict, to_json
 from rlpt.data import TaskSampler
 from rlpt.metrics import MetricsWriter
 from rlpt.models import Transformer
+from rlpt.models.hf import load_hf_checkpoint
 from rlpt.rollout import EnvPool
 from rlpt.rollout.batch import bucket_length
-from rlpt.runtime import batch_sharding, jit_step, place_train_state
+from rlpt.device import batch_sharding, jit_step, place_train_state
 from rlpt.sharding import DEFAULT_RULES, make_mesh
 from rlpt.steps import make_optimizer, sft_train_step
 from rlpt.tokenizers import ByteTokenizer
+from rlpt.tokenizers.hf import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +162,6 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
   shards), else onto this process's first device like the other bases.
   """
   if base_cfg.hf_checkpoint:
-    from rlpt.models.hf import load_hf_checkpoint
     model_cfg, graphdef, params = load_hf_checkpoint(base_cfg.hf_checkpoint, mesh, rules)
     return (*_with_attention(base_cfg, model_cfg, graphdef), params, base_cfg.hf_checkpoint)
   if base_cfg.checkpoint:
@@ -213,6 +214,5 @@ def resolve_tokenizer(base_cfg):
   """The tokenizer of the base: a Hugging Face base's own (tokenizer.json or
   tokenizer.model), else the byte tokenizer of the built-in bases."""
   if base_cfg.hf_checkpoint:
-    from rlpt.tokenizers.hf import load_tokenizer
     return load_tokenizer(base_cfg.hf_checkpoint)
   return ByteTokenizer()

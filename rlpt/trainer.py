@@ -37,7 +37,7 @@ from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
 from rlpt.rollout.async_source import make_rollout_source
 from rlpt.rollout.envs import check_domains
 from rlpt.rollout.pipeline import BusyClock
-from rlpt.runtime import check_batch, count_compiles, host_metrics, is_primary
+from rlpt.device import check_batch, count_compiles, host_metrics, is_primary
 from rlpt.sampling import SamplingParams
 from rlpt.sharding import make_mesh
 

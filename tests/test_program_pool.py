@@ -1,4 +1,4 @@
-"""rlpt.runtime.ProgramPool: at most `capacity` compiled programs kept, least
+"""rlpt.device.ProgramPool: at most `capacity` compiled programs kept, least
 recently used dropped first, the same results after a program is dropped and
 made again, and dropped programs' memory handed back."""
 
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlpt import runtime
+from rlpt import device
 
 
 def _fn(x, y):
@@ -25,7 +25,7 @@ def _args(rows):
 
 
 def test_least_recently_used_shape_is_dropped_first():
-  pool = runtime.ProgramPool(capacity=2)
+  pool = device.ProgramPool(capacity=2)
   f = pool.jit(_fn)
   f(*_args(1))
   f(*_args(2))
@@ -38,7 +38,7 @@ def test_least_recently_used_shape_is_dropped_first():
 
 
 def test_results_are_identical_after_a_program_is_dropped_and_made_again():
-  pool = runtime.ProgramPool(capacity=1)
+  pool = device.ProgramPool(capacity=1)
   f = pool.jit(_fn)
   first = np.asarray(f(*_args(4)))
   f(*_args(5))  # drops the (4, 16) program
@@ -49,7 +49,7 @@ def test_results_are_identical_after_a_program_is_dropped_and_made_again():
 
 
 def test_the_bound_spans_functions_and_the_signature_holds_dtype_and_weak_type():
-  pool = runtime.ProgramPool(capacity=3)
+  pool = device.ProgramPool(capacity=3)
   f, g = pool.jit(_fn), pool.jit(lambda x: x + 1)
   f(*_args(2))
   g(np.ones(3, np.float32))
@@ -61,7 +61,7 @@ def test_the_bound_spans_functions_and_the_signature_holds_dtype_and_weak_type()
 
 
 def test_zero_is_no_bound_and_resize_drops_past_the_new_bound():
-  pool = runtime.ProgramPool(capacity=0)
+  pool = device.ProgramPool(capacity=0)
   f = pool.jit(_fn)
   for rows in range(1, 6):
     f(*_args(rows))
@@ -71,11 +71,11 @@ def test_zero_is_no_bound_and_resize_drops_past_the_new_bound():
   with pytest.raises(ValueError, match=r"int >= 0 .*got -1"):
     pool.resize(-1)
   with pytest.raises(ValueError, match=r"got 2\.5"):
-    runtime.ProgramPool(2.5)
+    device.ProgramPool(2.5)
 
 
 def test_a_collected_function_frees_its_places():
-  pool = runtime.ProgramPool(capacity=4)
+  pool = device.ProgramPool(capacity=4)
   f = pool.jit(_fn)
   f(*_args(1))
   f(*_args(2))
@@ -89,7 +89,7 @@ def test_a_collected_function_frees_its_places():
 
 
 def test_lower_and_donation_pass_through():
-  pool = runtime.ProgramPool(capacity=2)
+  pool = device.ProgramPool(capacity=2)
   f = pool.jit(_fn)
   text = f.lower(jax.ShapeDtypeStruct((3, 16), jnp.float32),
                  jax.ShapeDtypeStruct((16, 16), jnp.float32)).as_text()
@@ -101,7 +101,7 @@ def test_lower_and_donation_pass_through():
 
 
 def test_threads_share_one_bound():
-  pool = runtime.ProgramPool(capacity=3)
+  pool = device.ProgramPool(capacity=3)
   f = pool.jit(_fn)
   want = {rows: np.asarray(jax.jit(_fn)(*_args(rows))) for rows in range(1, 7)}
   errors = []
@@ -130,7 +130,7 @@ def test_dropped_programs_hand_their_memory_back():
   def rss():
     gc.collect()
     libc.malloc_trim(0)
-    return runtime.resident_mib()
+    return device.resident_mib()
 
   def body(x):  # an unrolled chain: a program of several MiB
     for i in range(60):
@@ -138,7 +138,7 @@ def test_dropped_programs_hand_their_memory_back():
     return x
 
   jax.jit(body)(np.ones((20, 8), np.float32))  # XLA's one-time allocations, outside the measure
-  pool = runtime.ProgramPool(capacity=0)
+  pool = device.ProgramPool(capacity=0)
   f = pool.jit(body)
   before = rss()
   for rows in range(1, 7):

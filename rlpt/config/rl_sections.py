@@ -11,6 +11,8 @@ from typing import Any
 from rlpt.config.schema import ConfigError, _require
 from rlpt.config.sections import OptimConfig
 from rlpt.models import ModelConfig
+from rlpt.models.config import ATTENTION_IMPLS
+from rlpt.models.lora import LoraConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +39,6 @@ class BaseModelConfig:
   attention_block_size: int = 0
 
   def __post_init__(self):
-    from rlpt.models.config import ATTENTION_IMPLS
     _require(not self.attention_impl or self.attention_impl in ATTENTION_IMPLS,
              f"base.attention_impl must be '' (keep the base's) or one of {ATTENTION_IMPLS}, "
              f"got '{self.attention_impl}'.")
@@ -351,7 +352,6 @@ class LoraSection:
       self.lora_config()
 
   def lora_config(self):
-    from rlpt.models.lora import LoraConfig
     try:
       return LoraConfig(rank=self.rank, alpha=self.alpha, targets=self.targets)
     except ValueError as e:

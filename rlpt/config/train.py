@@ -18,6 +18,9 @@ from rlpt.config.rl_sections import (
 )
 from rlpt.config.schema import ConfigError, _require
 from rlpt.config.sections import DomainsConfig, MeshConfig, OptimConfig, ShardingConfig
+from rlpt.curriculum import sampler_from_config
+from rlpt.rl import (ADVANTAGE_ESTIMATORS, LossConfig, ValueLossConfig, is_group_baseline, lookup,
+                     needs_value_model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +47,6 @@ class TrainConfig:
   progress: bool = True
 
   def __post_init__(self):
-    from rlpt.rl import ADVANTAGE_ESTIMATORS, is_group_baseline, lookup
     _require(self.steps > 0, f"steps must be > 0, got {self.steps}.")
     _require(self.log_every > 0, f"log_every must be > 0, got {self.log_every}.")
     try:
@@ -56,7 +58,6 @@ class TrainConfig:
                f"rollout.group_size must be >= 2 for {self.rl.advantage} (advantages are "
                f"relative to the group), got {self.rollout.group_size}.")
     try:
-      from rlpt.curriculum import sampler_from_config
       sampler_from_config(self.curriculum, self.domains)  # checks strategy, params and weights
     except ValueError as e:
       raise ConfigError(str(e)) from e
@@ -87,7 +88,6 @@ class TrainConfig:
 
   @property
   def uses_value_model(self) -> bool:
-    from rlpt.rl import needs_value_model
     return needs_value_model(self.rl.advantage)
 
   @property
@@ -112,7 +112,6 @@ class TrainConfig:
             and rl.minibatches == 1 and rl.kl_mode == "loss" and rl.kl_controller == "fixed")
 
   def loss_config(self):
-    from rlpt.rl import LossConfig
     rl = self.rl
     try:
       return LossConfig(
@@ -125,7 +124,6 @@ class TrainConfig:
       raise ConfigError(f"rl: {e}") from e
 
   def value_loss_config(self):
-    from rlpt.rl import ValueLossConfig
     try:
       return ValueLossConfig(value_clip=self.value.value_clip or None,
                              aggregation=self.value.aggregation,

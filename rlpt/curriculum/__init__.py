@@ -20,9 +20,9 @@ from rlpt.curriculum.samplers import (
     TemperatureSampler,
     UniformSampler,
     make_domain_sampler,
-    sampler_from_config,
     strategy_params,
 )
+from rlpt.curriculum.from_config import sampler_from_config
 from rlpt.curriculum.shares import check_share_bounds, project_capped_simplex
 from rlpt.curriculum.signal import domain_family, signal_metrics, signal_sums
 

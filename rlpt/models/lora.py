@@ -30,7 +30,6 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from rlpt.models.hf import SafetensorsReader, write_safetensors

@@ -40,6 +40,7 @@ from typing import NamedTuple
 import gymnasium
 import numpy as np
 
+from rlpt.config import ConfigError
 from rlpt.data import Task
 from rlpt.rollout.scheduler import JobScheduler, JobTimeout
 
@@ -361,7 +362,6 @@ def check_domains(domains, max_prompt_len: int | None = None) -> None:
   in ``domains.ids`` is registered and, given ``max_prompt_len`` (tokens,
   BOS included, of the byte tokenizer), that its prompts fit. Every problem is
   a ConfigError naming the config key and the value; nothing is started."""
-  from rlpt.config import ConfigError
   try:
     register_domain_files(domains.files)
   except ValueError as e:
@@ -376,24 +376,6 @@ def check_domains(domains, max_prompt_len: int | None = None) -> None:
       raise ConfigError(f"config.domains.ids[{i}] ({d!r}) has prompts up to {spec.max_prompt_chars} "
                         f"chars; config.rollout.max_prompt_len={max_prompt_len} must be at least "
                         f"{spec.max_prompt_chars + 1} (BOS included).")
-
-
-def make_env_pool(env, domains, rollout):
-  """A run's environment pool from its ``env``, ``domains`` and ``rollout``
-  config sections (the episode's attempts and turn budget): this host's
-  threads or Ray actors (``env.backend``)."""
-  e, ro = env, rollout
-  kwargs = dict(max_attempts=ro.max_attempts, max_turns=ro.max_turns,
-                sandbox_workers=e.sandbox_workers,
-                priorities=dict(zip(domains.ids, e.priorities)) if e.priorities else None,
-                retries=e.retries, backoff_s=e.backoff_s, job_timeout_s=e.job_timeout_s,
-                aging_s=e.aging_s, latency_s=e.latency_s, latency_dist=e.latency_dist,
-                files=register_domain_files(domains.files))
-  if e.backend == "ray":
-    from rlpt.rollout.ray_backend import RayEnvPool
-    return RayEnvPool(domains.ids, workers=e.workers, address=e.ray_address,
-                      actors=e.ray_actors, **kwargs)
-  return EnvPool(domains.ids, workers=e.workers, **kwargs)
 
 
 class PendingSteps:

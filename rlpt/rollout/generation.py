@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 from rlpt.config import RolloutConfig, SpeculativeConfig
 from rlpt.models import ModelConfig
 from rlpt.rollout.pipeline import BusyClock
-from rlpt.runtime import (batch_multiple, batch_sharding, check_batch, host_to_global,
+from rlpt.device import (batch_multiple, batch_sharding, check_batch, host_to_global,
                           jit_sampler, replicated, row_bucket, to_host)
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sampling.sampler import auto_decode_phases

@@ -40,7 +40,7 @@ from rlpt.keys import run_key
 from rlpt.models import ModelConfig
 from rlpt.rl import fill_groups, groups_with_signal
 from rlpt.rollout.batch import RolloutBatch, build_sequences, encode_prompts
-from rlpt.rollout.envs import make_env_pool
+from rlpt.rollout.pools import make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.generation import RolloutSampling
 from rlpt.rollout.pipeline import BusyClock

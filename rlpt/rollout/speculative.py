@@ -21,7 +21,7 @@ from flax import nnx
 from rlpt.config import OptimConfig
 from rlpt.distill import DraftDistiller
 from rlpt.models import Transformer
-from rlpt.runtime import jit_spec_sampler, place_params, to_host
+from rlpt.device import jit_spec_sampler, place_params, to_host
 from rlpt.sampling.speculative import AdaptiveGamma, SpeculativeSampler
 from rlpt.sharding import state_shardings
 from rlpt.steps import make_optimizer

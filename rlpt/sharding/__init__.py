@@ -5,7 +5,7 @@ Model code names only logical axes (``batch``, ``seq``, ``embed``, ``heads``,
 mesh axes. Changing how a model is laid out on a pod is a change to the rules,
 never to the model. Two tables: ``DEFAULT_RULES`` (training: FSDP + tensor) and
 ``SAMPLE_RULES`` (sampling: tensor only); runs take theirs from
-``TrainConfig.sharding``. ``rlpt.sharding.memory`` plans per-device bytes on
+``TrainConfig.sharding``. ``rlpt.device.memory`` plans per-device bytes on
 abstract meshes.
 """
 

@@ -5,7 +5,6 @@ fails) and with the plain forked launcher, where both apply.
 """
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,6 @@ import environments  # noqa: F401
 from environments import sandbox
 from environments.sandbox import PlainLauncher, PythonJob, SandboxPool, ShellJob, Status, bwrap
 from environments.sandbox import worker as wire
-from environments.sandbox.pool import default_worker_config
 
 BWRAP_OK, BWRAP_REASON = bwrap.probe()
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -18,7 +18,6 @@ import gymnasium
 import pytest
 
 import environments  # noqa: F401
-from environments import sandbox
 from environments.grading import grade_calls
 from environments.sandbox import JobResult, Limits, PlainLauncher, PythonJob, SandboxPool, ShellJob, Status, bwrap
 from environments.verdicts import Verdict

@@ -323,6 +323,9 @@ def test_multi_step_rewards_final_or_mean_of_the_counted_steps(tmp_path):
     _write(tmp_path / "steps-bad", {"task.toml": '[[steps]]\nname = "missing"\n'})
     with pytest.raises(TaskFolderError, match="no folder steps/missing/"):
         terminal_tasks.load_task_folder(path)
+    _write(tmp_path / "steps-bad", {"task.toml": '[[steps]]\nname = "make"\n[steps.verifier]\nenvironment_mode = "separate"\n'})
+    with pytest.raises(TaskFolderError, match="environment_mode = 'separate'"):
+        terminal_tasks.load_task_folder(path)
     _write(tmp_path / "steps-bad", {"task.toml": 'multi_step_reward_strategy = "max"\n[[steps]]\nname = "make"\n'})
     with pytest.raises(TaskFolderError, match="'mean' or 'final', got 'max'"):
         terminal_tasks.load_task_folder(path)

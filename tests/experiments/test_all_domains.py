@@ -16,7 +16,7 @@ from environments import bounded, registry
 from experiments import domains, grpo_all_domains
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.metrics import WALL_CLOCK_PREFIXES
-from rlpt.runtime import PROGRAMS
+from rlpt.device import PROGRAMS
 from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

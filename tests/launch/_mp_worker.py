@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from experiments import grpo_default  # noqa: E402
 from rlpt.config import TrainConfig, from_config_dict  # noqa: E402
-from rlpt.runtime import to_host  # noqa: E402
+from rlpt.device import to_host  # noqa: E402
 from rlpt.metrics import WALL_CLOCK_PREFIXES  # noqa: E402
 from rlpt.steps import LossCounts, RLBatch  # noqa: E402
 from rlpt.trainer import Trainer  # noqa: E402

@@ -1,5 +1,5 @@
 """The persistent compilation cache (``--compilation_cache``,
-``rlpt.runtime.use_compilation_cache``): a second process loads the programs
+``rlpt.device.use_compilation_cache``): a second process loads the programs
 the first compiled, and computes the same bits as a process without it."""
 
 import os
@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # A model's loss and gradients, hashed bit for bit; then the cache's entries.
 PROBE = r"""
 import hashlib, os, sys
-from rlpt.runtime import use_compilation_cache
+from rlpt.device import use_compilation_cache
 use_compilation_cache(sys.argv[1], min_compile_secs=0.0)
 import jax, jax.numpy as jnp, numpy as np
 from flax import nnx

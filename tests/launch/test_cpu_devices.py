@@ -1,5 +1,5 @@
 """One single-threaded XLA device per core on a CPU host (``--cpu_devices``,
-``rlpt.runtime.set_cpu_devices``): set before JAX starts, refused after, a
+``rlpt.device.set_cpu_devices``): set before JAX starts, refused after, a
 run of the trainer on two such devices (the batch sharded over them), and the
 count of --cpu_devices=0 (one per core that the batch divides into)."""
 
@@ -17,7 +17,7 @@ from experiments import pretrain_base
 from rlpt.checkpoint import save_model
 from rlpt.config import PretrainConfig, TrainConfig, from_config_dict
 from rlpt.models import Transformer
-from rlpt.runtime import set_cpu_devices
+from rlpt.device import set_cpu_devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESUME_CONFIG = os.path.join(ROOT, "tests", "checkpoint", "_resume_config.py")
@@ -35,7 +35,7 @@ def _python(code, **env):
 
 
 def test_sets_devices_before_jax_starts():
-  r = _python("from rlpt.runtime import set_cpu_devices; set_cpu_devices(3); import jax, os; "
+  r = _python("from rlpt.device import set_cpu_devices; set_cpu_devices(3); import jax, os; "
               "print(jax.device_count(), os.environ['XLA_FLAGS'])")
   assert r.returncode == 0, r.stderr
   count, flags = r.stdout.split(" ", 1)
@@ -55,7 +55,7 @@ def test_refuses_after_jax_started_and_bad_values():
 
 
 def test_refuses_a_device_count_already_in_xla_flags():
-  r = _python("from rlpt.runtime import set_cpu_devices; set_cpu_devices(2)",
+  r = _python("from rlpt.device import set_cpu_devices; set_cpu_devices(2)",
               XLA_FLAGS="--xla_force_host_platform_device_count=4")
   assert r.returncode != 0
   assert "XLA_FLAGS already sets the CPU device count" in r.stderr

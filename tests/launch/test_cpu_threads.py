@@ -1,4 +1,4 @@
-"""XLA:CPU's thread pool pinned (``--cpu_threads``, ``rlpt.runtime.set_cpu_threads``).
+"""XLA:CPU's thread pool pinned (``--cpu_threads``, ``rlpt.device.set_cpu_threads``).
 
 XLA:CPU splits a reduction into one partial sum per intra-op thread, so
 without a fixed count the same program gives other bits on a host with
@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # trainer reduces over (batch x time rows), hashed bit for bit.
 PROBE = r"""
 import hashlib, sys
-from rlpt.runtime import set_cpu_threads
+from rlpt.device import set_cpu_threads
 set_cpu_threads(int(sys.argv[1]))
 import jax, jax.numpy as jnp, numpy as np
 from flax import nnx
@@ -59,7 +59,7 @@ def test_pinned_threads_give_the_same_bits_on_one_core_and_two():
 
 
 def test_threads_are_set_before_jax_starts_and_refused_after():
-  code = ("from rlpt.runtime import set_cpu_threads; import os; set_cpu_threads(3); "
+  code = ("from rlpt.device import set_cpu_threads; import os; set_cpu_threads(3); "
           "print(os.environ['PJRT_NPROC']); import jax; jax.devices(); set_cpu_threads(3)")
   env = {k: v for k, v in os.environ.items() if k != "PJRT_NPROC"}
   r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(env, JAX_PLATFORMS="cpu"),
@@ -69,7 +69,7 @@ def test_threads_are_set_before_jax_starts_and_refused_after():
 
 
 def test_conflicting_environment_and_bad_counts_are_named(monkeypatch):
-  from rlpt.runtime import set_cpu_threads
+  from rlpt.device import set_cpu_threads
   with pytest.raises(ValueError, match="got -1"):
     set_cpu_threads(-1)
   monkeypatch.setenv("PJRT_NPROC", "4")
@@ -80,7 +80,7 @@ def test_conflicting_environment_and_bad_counts_are_named(monkeypatch):
 
 
 def test_cpu_only_host_reads_jax_platforms(monkeypatch):
-  from rlpt.runtime import cpu_only_host
+  from rlpt.device import cpu_only_host
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   assert cpu_only_host()
   monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")

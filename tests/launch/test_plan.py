@@ -7,7 +7,7 @@ import pytest
 from launch.plan import plan
 from rlpt.config import PlanConfig, ShardingConfig, from_config_dict
 from rlpt.models import ModelConfig
-from rlpt.sharding.memory import memory_plan
+from rlpt.device.memory import memory_plan
 
 D, L, N, K, H, F, V = 4096, 32, 32, 8, 128, 14336, 128256
 FSDP, TP = 16, 4

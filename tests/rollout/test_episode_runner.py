@@ -95,7 +95,7 @@ def test_batch_synchronous_later_turns_sample_only_running_episodes():
 
 
 def test_row_buckets_halve_while_they_hold_the_rows_and_split_evenly():
-  from rlpt.runtime import row_bucket
+  from rlpt.device import row_bucket
   assert [row_bucket(n, 32, 1) for n in (32, 17, 16, 9, 5, 3, 1)] == [32, 32, 16, 16, 8, 4, 1]
   # Eight batch shards: never below 8 rows.
   assert [row_bucket(n, 32, 8) for n in (32, 12, 3, 1)] == [32, 16, 8, 8]

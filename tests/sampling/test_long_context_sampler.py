@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
-from rlpt.runtime import jit_sampler
+from rlpt.device import jit_sampler
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import SAMPLE_RULES, make_mesh, state_shardings
 

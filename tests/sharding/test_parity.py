@@ -13,7 +13,7 @@ from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
 from rlpt.rl import LossConfig, policy_objective
-from rlpt.runtime import (batch_sharding, host_to_global, jit_sampler, jit_step,
+from rlpt.device import (batch_sharding, host_to_global, jit_sampler, jit_step,
                           place_train_state, replicated, to_host, with_rules)
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings

@@ -9,7 +9,7 @@ from flax import nnx
 
 from rlpt.config import ConfigError, TrainConfig, from_config_dict
 from rlpt.models import ModelConfig, Transformer, ValueModel
-from rlpt.runtime import (check_batch, make_reshard, place_params, place_train_state,
+from rlpt.device import (check_batch, make_reshard, place_params, place_train_state,
                           to_device)
 from rlpt.sharding import (DEFAULT_RULES, SAMPLE_RULES, check_rules, logical_to_spec, make_mesh,
                            state_shardings)

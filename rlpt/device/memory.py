@@ -24,10 +24,17 @@ import optax
 from flax import nnx
 from jax.sharding import AbstractMesh, AxisType, NamedSharding
 
+from rlpt.device.placement import opt_state_shardings
 from rlpt.models import ModelConfig, Transformer, ValueModel, init_cache
 from rlpt.sharding.mesh import MESH_AXES, resolve_mesh_shape
-from rlpt.sharding.rules import (K_CACHE_AXES, KV_CACHE_AXES, Rules, logical_to_spec,
-                                 per_device_bytes, state_shardings)
+from rlpt.sharding.rules import (
+  K_CACHE_AXES,
+  KV_CACHE_AXES,
+  Rules,
+  logical_to_spec,
+  per_device_bytes,
+  state_shardings,
+)
 
 GiB = 1024 ** 3
 
@@ -56,7 +63,6 @@ def _abstract_params(model_cls, model_cfg: ModelConfig) -> nnx.State:
 
 def model_bytes(model_cls, model_cfg: ModelConfig, mesh, rules: Rules) -> dict[str, int]:
   """Per-device bytes of a model's params, Adam state and gradients under ``rules``."""
-  from rlpt.runtime import opt_state_shardings
   params = _abstract_params(model_cls, model_cfg)
   sh = state_shardings(params, mesh, rules)
   opt = _adam()
