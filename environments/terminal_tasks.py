@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from environments import registry, splits
+from environments.containers import bases, compose
 from environments.containers import engine as engine_mod
 from environments.containers import images
 from environments.registry import DIFFICULTIES, Domain, DomainSpec
@@ -145,6 +146,7 @@ class TaskFolder:
     verifier_user: str | None = None  # [verifier] user
     healthcheck: tuple[str, float, float] | None = None  # [environment.healthcheck]: command, seconds to wait, interval
     solution_packages: bool = False  # the image also holds what solution/solve.sh installs (a loader option)
+    services: tuple[compose.Service, ...] = ()  # sidecars from environment/docker-compose.yaml, in start order
 
     @property
     def has_reference(self) -> bool:
@@ -288,13 +290,13 @@ def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
         except (tomllib.TOMLDecodeError, OSError) as e:
             raise TaskFolderError(f"cannot parse {toml_path}: {e}") from None
     metadata, agent, verifier, environment = (_table(meta, k) for k in ("metadata", "agent", "verifier", "environment"))
-    for compose_name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
-        compose = os.path.join(path, "environment", compose_name)
-        if os.path.isfile(compose):
-            services = _compose_services(_read_text(compose, f"environment/{compose_name}"))
-            if len(services) > 1:
-                raise TaskFolderError(f"{compose}: a task of several containers ({', '.join(services)}) is not supported; "
-                                      "one container per task is")
+    services, compose_env = (), ()
+    if (compose_path := compose.find(path)) is not None:
+        try:
+            loaded = compose.load(compose_path)
+        except compose.ComposeError as e:
+            raise TaskFolderError(str(e)) from None
+        services, compose_env = loaded.services, loaded.main_env
     if verifier.get("environment_mode", "shared") != "shared":
         raise TaskFolderError(f"{toml_path}: [verifier] environment_mode = {verifier['environment_mode']!r} "
                               "(a separate verifier container) is not supported; 'shared' is")
@@ -320,28 +322,9 @@ def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
     resources = engine_mod.Resources(cpus=cpus, memory_mb=_memory_mb(environment, toml_path))
     build_timeout = min(_number(environment, "build_timeout_sec", 1800, toml_path), MAX_TIMEOUT_S)
     return TaskFolder(name, path, difficulty, tags, steps, strategy, resources, build_timeout, workdir,
-                      _env_of(environment), _env_of(_table(meta, "solution")), _user(agent, toml_path),
+                      compose_env + _env_of(environment), _env_of(_table(meta, "solution")), _user(agent, toml_path),
                       _user(verifier, toml_path), _healthcheck(environment.get("healthcheck"), toml_path),
-                      solution_packages)
-
-
-def _compose_services(text: str) -> list[str]:
-    """The service names of a docker-compose file (its top-level `services:` keys)."""
-    names, inside, indent = [], False, None
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        depth = len(line) - len(line.lstrip())
-        if depth == 0:
-            inside = line.rstrip().rstrip(":") == "services"
-            indent = None
-            continue
-        if inside:
-            indent = depth if indent is None else indent
-            m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*:\s*", line)
-            if depth == indent and m:
-                names.append(m.group(1))
-    return names
+                      solution_packages, services)
 
 
 def _user(t: dict, where: str) -> str | None:
@@ -374,19 +357,19 @@ def _shown(result: engine_mod.Exec) -> str:
     return head + out
 
 
-_LIVE: dict[str, engine_mod.Engine] = {}  # containers this process started and has not removed
+_LIVE: dict[str, tuple[engine_mod.Engine, bool]] = {}  # containers and pods this process started, not yet removed
 
 
-def _remove_later(engine: engine_mod.Engine, container: str) -> None:
-    _LIVE.pop(container, None)
-    threading.Thread(target=engine.remove, args=(container,), daemon=True).start()
+def _remove_later(engine: engine_mod.Engine, name: str, pod: bool = False) -> None:
+    _LIVE.pop(name, None)
+    threading.Thread(target=engine.remove_pod if pod else engine.remove, args=(name,), daemon=True).start()
 
 
 @atexit.register
 def _remove_live() -> None:
-    """Containers of episodes still open when the process exits go with it."""
-    for container, engine in list(_LIVE.items()):
-        engine.remove(container)
+    """Containers (and pods) of episodes still open when the process exits go with them."""
+    for name, (engine, pod) in list(_LIVE.items()):
+        (engine.remove_pod if pod else engine.remove)(name)
 
 
 @dataclasses.dataclass
@@ -396,16 +379,18 @@ class _Episode:
     command_s: float = 0.0  # time this step's commands took, against its agent timeout_sec
     rewards: list = dataclasses.field(default_factory=list)  # the finished steps' rewards
     container: str | None = None
+    pod: str | None = None  # the pod of a task with sidecar services (removed with them all)
     workdir: str = "/"
     test_output: str | None = None  # what the last test.sh printed (for reports)
     _finalizer: Any = None
 
     def close(self, engine: engine_mod.Engine) -> None:
-        if self.container is not None:
-            if self._finalizer is not None:
-                self._finalizer.detach()
-            _remove_later(engine, self.container)
-            self.container = None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if self.container is not None or self.pod is not None:
+            _remove_later(engine, self.pod or self.container, pod=self.pod is not None)
+            self.container = self.pod = None
 
 
 class TerminalTaskDomain(Domain):
@@ -477,16 +462,27 @@ class TerminalTaskDomain(Domain):
         config = self._config
         name = f"rlpt-{self.folder.name[:40]}-{uuid.uuid4().hex[:10]}"
         try:
+            if self.folder.services:
+                episode.pod = self.engine.create_pod(name + "-pod")
+                _LIVE[episode.pod] = (self.engine, True)
+                # An episode dropped mid-way (a reset, a crashed rollout) still frees its containers.
+                episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, episode.pod, True)
+                self._start_services(episode.pod, name)
             container = self.engine.start(self.image, name, self.folder.resources, self._lifetime_s(),
-                                          env=dict(self.folder.environment_env), keep_entrypoint=bool(config.get("Entrypoint")))
+                                          env=dict(self.folder.environment_env), keep_entrypoint=bool(config.get("Entrypoint")),
+                                          pod=episode.pod)
         except engine_mod.EngineError as e:
+            episode.close(self.engine)
             return str(e)
         episode.container = container
-        _LIVE[container] = self.engine
+        if episode.pod is None:
+            _LIVE[container] = (self.engine, False)
+            episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, container)
         episode.workdir = self.folder.workdir or config.get("WorkingDir") or "/"
-        # An episode dropped mid-way (a reset, a crashed rollout) still frees its container.
-        episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, container)
         try:
+            if self.folder.services:  # each service answers at its name, as on a compose network
+                hosts = "".join(f"127.0.0.1 {svc.name}\n" for svc in self.folder.services)
+                self.engine.exec(container, f"printf '%s' {shlex.quote(hosts)} >> /etc/hosts\n", 60, user="0")
             # apt retries a download it cannot make with growing delays; with no network it fails at once instead.
             prepare = self.engine.exec(container, f"mkdir -p {LOGS_PATH}/agent {LOGS_PATH}/verifier {shlex.quote(episode.workdir)} && "
                                        f"chmod 777 {LOGS_PATH} {LOGS_PATH}/agent && "
@@ -500,6 +496,20 @@ class TerminalTaskDomain(Domain):
             episode.close(self.engine)
             return str(e)
         return None
+
+    def _start_services(self, pod: str, name: str) -> None:
+        """The task's sidecar services, each started once those it depends on answer their healthchecks."""
+        for svc in self.folder.services:
+            image = (images.service_tag(self.folder.name, self.folder.path, svc.name) if svc.context is not None
+                     else bases.normalise(svc.image))
+            cid = self.engine.start_service(image, f"{name}-{svc.name}"[:120], pod, env=dict(svc.env), command=svc.command)
+            if svc.healthcheck is not None:
+                check = svc.healthcheck
+                try:
+                    self._wait_healthy(cid, (check.command, min(check.wait_s, MAX_TIMEOUT_S), check.interval_s))
+                except engine_mod.EngineError:
+                    raise engine_mod.EngineError(f"service {svc.name!r} did not become healthy in {check.wait_s:g}s "
+                                                 f"({check.command})") from None
 
     def _wait_healthy(self, container: str, healthcheck: tuple[str, float, float] | None) -> None:
         if healthcheck is None:

@@ -138,19 +138,35 @@ class Engine:
     # -------------------------------------------------------------- containers
 
     def start(self, image: str, name: str, resources: Resources, lifetime_s: float, env: dict[str, str] | None = None,
-              keep_entrypoint: bool = False) -> str:
-        """Starts a detached container with no network that removes itself after
-        `lifetime_s` even if this process dies; returns its id. With
-        `keep_entrypoint` the image's ENTRYPOINT runs (services a task starts
-        there) with `sleep <lifetime>` as its command, as Harbor runs tasks."""
-        args = ["run", "--detach", "--rm", "--pull=never", "--network=none", "--name", name, "--label", f"{LABEL}=1",
-                "--init", *resources.flags()]
+              keep_entrypoint: bool = False, pod: str | None = None) -> str:
+        """Starts a detached container with no network (or in `pod`, sharing its
+        loopback) that removes itself after `lifetime_s` even if this process dies;
+        returns its id. With `keep_entrypoint` the image's ENTRYPOINT runs (services
+        a task starts there) with `sleep <lifetime>` as its command, as Harbor runs tasks."""
+        args = ["run", "--detach", "--rm", "--pull=never", *([f"--pod={pod}"] if pod else ["--network=none"]),
+                "--name", name, "--label", f"{LABEL}=1", "--init", *resources.flags()]
         if not keep_entrypoint:
             args += ["--entrypoint", "sleep"]
         for k, v in (env or {}).items():
             args += ["--env", f"{k}={v}"]
         args += [image, *(["sleep"] if keep_entrypoint else []), f"{int(lifetime_s) + 1}"]
         return self._call(args, 120).stdout.decode().strip()
+
+    def create_pod(self, name: str) -> str:
+        """A pod with no network: its containers share one loopback interface."""
+        return self._call(["pod", "create", "--network=none", "--name", name, "--label", f"{LABEL}=1"], 120).stdout.decode().strip()
+
+    def start_service(self, image: str, name: str, pod: str, env: dict[str, str] | None = None,
+                      command: tuple[str, ...] | None = None) -> str:
+        """Starts a sidecar service in `pod` with its image's own command (or `command`)."""
+        args = ["run", "--detach", "--rm", "--pull=never", f"--pod={pod}", "--name", name, "--label", f"{LABEL}=1",
+                "--init", *Resources().flags()]
+        for k, v in (env or {}).items():
+            args += ["--env", f"{k}={v}"]
+        return self._call([*args, image, *(command or ())], 120).stdout.decode().strip()
+
+    def remove_pod(self, pod: str) -> None:
+        self._call(["pod", "rm", "--force", "--time", "0", pod], 120, check=False)
 
     def exec(self, container: str, script: str, timeout_s: float, env: dict[str, str] | None = None,
              workdir: str | None = None, limit: int = 65536, user: str | None = None) -> Exec:
@@ -205,8 +221,11 @@ class Engine:
         self._call(["rm", "--force", "--time", "0", container], 120, check=False)
 
     def prune(self) -> int:
-        """Removes every episode container left behind (a crashed trainer); returns how many."""
+        """Removes every episode container and pod left behind (a crashed trainer); returns how many."""
         out = self._call(["ps", "--all", "--quiet", "--filter", f"label={LABEL}=1"], 60).stdout.decode().split()
         for cid in out:
             self.remove(cid)
-        return len(out)
+        pods = self._call(["pod", "ps", "--quiet", "--filter", f"label={LABEL}=1"], 60).stdout.decode().split()
+        for pod in pods:
+            self.remove_pod(pod)
+        return len(out) + len(pods)

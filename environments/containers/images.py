@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 
-from environments.containers import bases
+from environments.containers import bases, compose
 from environments.containers.engine import Engine, EngineError
 
 TOOLS_VERSION = "1"  # bump when the tools layer changes: every task image is rebuilt
@@ -126,9 +126,33 @@ def _dockerfile_text(task_path: str) -> str:
     return f"FROM {DEFAULT_BASE}\nWORKDIR /app\n" + ("COPY app/ /app/\n" if app else "")
 
 
+def sidecars(task_path: str) -> tuple[compose.Service, ...]:
+    """The services a task's compose file starts beside its own container (see compose)."""
+    path = compose.find(task_path)
+    return compose.load(path).services if path else ()
+
+
+def service_tag(name: str, task_path: str, service: str) -> str:
+    """The image of a sidecar service that the task builds (compose `build`)."""
+    return f"localhost/rlpt-task/{name}--{service}:{digest(task_path)}"
+
+
 def base_images(task_path: str) -> list[str]:
-    """The external images a task's Dockerfile starts from (stages it names are not)."""
-    text = re.sub(r"\\\s*\n", " ", _dockerfile_text(task_path))
+    """The external images a task's Dockerfile, and its sidecars', start from."""
+    out = _from_images(_dockerfile_text(task_path))
+    for svc in sidecars(task_path):
+        if svc.context is None:
+            names = [svc.image]
+        else:
+            with open(os.path.join(svc.context, svc.dockerfile), encoding="utf-8", errors="replace") as f:
+                names = _from_images(f.read())
+        out += [n for n in names if n not in out]
+    return out
+
+
+def _from_images(dockerfile: str) -> list[str]:
+    """The external images a Dockerfile starts from (stages it names are not)."""
+    text = re.sub(r"\\\s*\n", " ", dockerfile)
     args: dict[str, str] = {}
     stages: set[str] = set()
     out: list[str] = []
@@ -332,6 +356,15 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
         for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None)).items():
             if got != image and engine.pull == "never":
                 return Built(name, None, time.monotonic() - start, False, got, None)
+        for svc in sidecars(task_path):
+            stag = service_tag(name, task_path, svc.name)
+            if svc.context is None or engine.image_exists(stag):
+                continue
+            ok, out = engine.build(svc.context, stag, timeout_s, dockerfile=os.path.join(svc.context, svc.dockerfile),
+                                   log_path=f"{log_path}.{svc.name}")
+            if not ok:
+                return Built(name, None, time.monotonic() - start, False,
+                             f"service {svc.name!r}'s Dockerfile failed: {_reason(out)}", f"{log_path}.{svc.name}")
         env_tag = f"localhost/rlpt-task-env/{name}:{digest(task_path)}"
         env_dir = os.path.join(task_path, "environment")
         with tempfile.TemporaryDirectory(prefix="rlpt_image_build_") as tmp:

@@ -331,6 +331,64 @@ def test_multi_step_rewards_final_or_mean_of_the_counted_steps(tmp_path):
         terminal_tasks.load_task_folder(path)
 
 
+COMPOSE = """
+services:
+  main:
+    depends_on:
+      api:
+        condition: service_healthy
+    environment:
+      - API_URL=http://api:8000
+      - TOKEN=${RLPT_TEST_UNSET_TOKEN:-none}
+  api:
+    build:
+      context: ./api
+    expose: ["8000"]
+    environment:
+      GREETING: hello-from-api
+    healthcheck:
+      test: ["CMD", "python3", "-c", "import socket; socket.create_connection(('localhost', 8000), timeout=2)"]
+      interval: 1s
+      retries: 10
+"""
+FETCH = 'python3 -c "import urllib.request; print(urllib.request.urlopen(\'$API_URL/greeting.txt\').read().decode())"'
+
+
+def test_a_compose_task_runs_its_services_beside_it_in_one_pod(tmp_path):
+    path = _folder(tmp_path, "with-api", test_sh='grep -qx hello-from-api /app/got.txt\n', **{
+        "environment/docker-compose.yaml": COMPOSE,
+        "environment/api/Dockerfile": ("FROM python:3.13-slim\nWORKDIR /srv\n"
+                                       'CMD ["sh", "-c", "echo $GREETING > greeting.txt && exec python3 -m http.server 8000"]\n'),
+        "solution/solve.sh": FETCH + " > /app/got.txt\n",
+    })
+    spec_id = terminal_tasks.register_task_folder(path)  # built (the service too) and validated
+    folder = registry.domain(spec_id).folder
+    assert [s.name for s in folder.services] == ["api"] and ("TOKEN", "none") in folder.environment_env
+    env = gymnasium.make(spec_id)
+    env.reset(seed=0)
+    obs, *_ = env.step(FETCH + "; echo $TOKEN")
+    assert "hello-from-api" in obs and "none" in obs, obs
+    pod = env.unwrapped.task.hidden.pod
+    assert pod and _running("with-api")
+    _, reward, terminated, _, step = env.step(FETCH + " > got.txt\nDONE")
+    assert (reward, terminated, step["verdict"]) == (1.0, True, "PASS"), step
+    deadline = time.monotonic() + 30
+    while _running("with-api") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _running("with-api")  # the pod went with the episode, service and all
+
+
+@pytest.mark.parametrize("compose_text, why", [
+    ("services:\n  api:\n    image: python:3.13-slim\n    volumes: ['/:/host']\n", "volumes is not supported"),
+    ("services:\n  api:\n    build: ./nowhere\n", "'./nowhere' is not a folder"),
+    ("services:\n  a:\n    image: x\n    depends_on: [b]\n  b:\n    image: x\n    depends_on: [a]\n", "in a cycle"),
+])
+def test_compose_files_this_runner_cannot_honour_are_refused_with_the_key(tmp_path, compose_text, why):
+    path = _folder(tmp_path, "bad-compose", **{"environment/docker-compose.yaml": compose_text})
+    with pytest.raises(TaskFolderError, match=why):
+        terminal_tasks.load_task_folder(path)
+
+
 @pytest.mark.parametrize("name, test_sh, why", [
     ("no-runner", "rlpt-missing-runner -q /tests\n", "test.sh needs 'rlpt-missing-runner'"),
     ("abs-path", "cd /rlpt-no-such-app-dir\nls\nexit 3\n", "path '/rlpt-no-such-app-dir'"),
