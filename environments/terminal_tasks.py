@@ -508,8 +508,12 @@ class TerminalTaskDomain(Domain):
                 try:
                     self._wait_healthy(cid, (check.command, min(check.wait_s, MAX_TIMEOUT_S), check.interval_s))
                 except engine_mod.EngineError:
-                    raise engine_mod.EngineError(f"service {svc.name!r} did not become healthy in {check.wait_s:g}s "
-                                                 f"({check.command})") from None
+                    said = [ln.strip() for ln in self.engine.logs(cid).splitlines() if ln.strip()]
+                    needs = needs_network("\n".join(said))
+                    why = (f"it needs the network, which episodes do not have ({needs[:120]})" if needs
+                           else f"its log ends: {said[-1][:160]}" if said else f"healthcheck: {check.command[:120]}")
+                    raise engine_mod.EngineError(f"service {svc.name!r} did not become healthy in "
+                                                 f"{check.wait_s:g}s; {why}") from None
 
     def _wait_healthy(self, container: str, healthcheck: tuple[str, float, float] | None) -> None:
         if healthcheck is None:

@@ -159,11 +159,17 @@ class Engine:
     def start_service(self, image: str, name: str, pod: str, env: dict[str, str] | None = None,
                       command: tuple[str, ...] | None = None) -> str:
         """Starts a sidecar service in `pod` with its image's own command (or `command`)."""
-        args = ["run", "--detach", "--rm", "--pull=never", f"--pod={pod}", "--name", name, "--label", f"{LABEL}=1",
+        # Not --rm: a service that exits keeps its log for the reason; the pod's removal takes it.
+        args = ["run", "--detach", "--pull=never", f"--pod={pod}", "--name", name, "--label", f"{LABEL}=1",
                 "--init", *Resources().flags()]
         for k, v in (env or {}).items():
             args += ["--env", f"{k}={v}"]
         return self._call([*args, image, *(command or ())], 120).stdout.decode().strip()
+
+    def logs(self, container: str, lines: int = 20) -> str:
+        """The last `lines` lines a container printed (its main process: a service's log)."""
+        proc = self._call(["logs", "--tail", str(lines), container], 60, check=False)
+        return (proc.stdout + proc.stderr).decode("utf-8", "replace")
 
     def remove_pod(self, pod: str) -> None:
         self._call(["pod", "rm", "--force", "--time", "0", pod], 120, check=False)
