@@ -468,9 +468,10 @@ class TerminalTaskDomain(Domain):
                 # An episode dropped mid-way (a reset, a crashed rollout) still frees its containers.
                 episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, episode.pod, True)
                 self._start_services(episode.pod, name)
+            # Offline, uv and pip read what the image holds instead of failing to fetch.
             container = self.engine.start(self.image, name, self.folder.resources, self._lifetime_s(),
-                                          env=dict(self.folder.environment_env), keep_entrypoint=bool(config.get("Entrypoint")),
-                                          pod=episode.pod)
+                                          env={**OFFLINE_ENV, **dict(self.folder.environment_env)},
+                                          keep_entrypoint=bool(config.get("Entrypoint")), pod=episode.pod)
         except engine_mod.EngineError as e:
             episode.close(self.engine)
             return str(e)
@@ -502,7 +503,9 @@ class TerminalTaskDomain(Domain):
         for svc in self.folder.services:
             image = (images.service_tag(self.folder.name, self.folder.path, svc.name) if svc.context is not None
                      else bases.normalise(svc.image))
-            cid = self.engine.start_service(image, f"{name}-{svc.name}"[:120], pod, env=dict(svc.env), command=svc.command)
+            # Offline as the episode is: uv and pip use what the image holds (see images.uv_run_script).
+            cid = self.engine.start_service(image, f"{name}-{svc.name}"[:120], pod, env={**OFFLINE_ENV, **dict(svc.env)},
+                                            command=svc.command)
             if svc.healthcheck is not None:
                 check = svc.healthcheck
                 try:
@@ -741,13 +744,18 @@ def harness_failure(output: str) -> str | None:
 _NETWORK = re.compile(r"(Temporary failure resolving '[^']+'|Could not resolve host:? [^\s]+|Could not resolve '[^']+'|"
                       r"Temporary failure in name resolution|Network is unreachable|Failed to fetch: `[^`]+`|"
                       r"unable to resolve host address '[^']+'|Could not connect to [^\s]+|"
-                      r"Failed to establish a new connection[^\n]{0,80})")
+                      r"Failed to establish a new connection[^\n]{0,80}|"
+                      r"Because [^\n]{1,80} (?:was|were) not found in the (?:package registry|cache)[^\n]{0,40}|"
+                      r"the network is disabled[^\n]{0,60})")
 
 
 def needs_network(output: str) -> str | None:
-    """The first sign in `output` of a command that needed the network, or None."""
-    m = _NETWORK.search(output)
-    return m.group(1) if m else None
+    """The first sign in `output` of a command that needed the network, or None. uv's
+    installer (`curl https://astral.sh/uv/...`) does not count: the image has uv."""
+    for m in _NETWORK.finditer(output):
+        if "astral.sh" not in m.group(1):
+            return m.group(1)
+    return None
 
 
 def do_nothing(domain: TerminalTaskDomain, task: Task) -> Grade:
@@ -780,7 +788,9 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
                 return f"its reference solution needs the network, which episodes do not have ({needs[:120]})"
             if timed_out:
                 return f"its reference solution ran past the agent's timeout ({grade.feedback[:160]})"
-            return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}"
+            said = [ln.strip() for ln in output.splitlines() if ln.strip()]
+            tail = f"; the reference printed last: {said[-1][:160]}" if said else ""
+            return f"its reference solution is {grade.verdict.value}, not PASS: {grade.feedback[:200]}{tail}"
     grade = do_nothing(domain, domain.sample(rng))
     if grade.verdict is Verdict.PASS:
         return "its tests pass a do-nothing answer"

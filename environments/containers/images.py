@@ -36,7 +36,7 @@ import time
 from environments.containers import bases, compose
 from environments.containers.engine import Engine, EngineError
 
-TOOLS_VERSION = "1"  # bump when the tools layer changes: every task image is rebuilt
+TOOLS_VERSION = "2"  # bump when the tools layer changes: every task image is rebuilt
 DEFAULT_BASE = "python:3.13-slim"
 CACHE_DIR = bases.CACHE_DIR
 WARM_LOG = "/opt/rlpt-tools/warm.log"  # what the tools layer's set-up printed, inside the image
@@ -126,6 +126,9 @@ def _dockerfile_text(task_path: str) -> str:
     return f"FROM {DEFAULT_BASE}\nWORKDIR /app\n" + ("COPY app/ /app/\n" if app else "")
 
 
+SERVICE_VERSION = 2  # how a sidecar image is made (2: `uv run` scripts resolved at build)
+
+
 def sidecars(task_path: str) -> tuple[compose.Service, ...]:
     """The services a task's compose file starts beside its own container (see compose)."""
     path = compose.find(task_path)
@@ -134,7 +137,19 @@ def sidecars(task_path: str) -> tuple[compose.Service, ...]:
 
 def service_tag(name: str, task_path: str, service: str) -> str:
     """The image of a sidecar service that the task builds (compose `build`)."""
-    return f"localhost/rlpt-task/{name}--{service}:{digest(task_path)}"
+    key = hashlib.sha256(f"{digest(task_path)} service {service} {SERVICE_VERSION}".encode()).hexdigest()[:16]
+    return f"localhost/rlpt-task/{name}--{service}:{key}"
+
+
+def uv_run_script(command) -> str | None:
+    """The script of a `uv run [options] <script>.py ...` command (a list, or one shell string), or None."""
+    words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+    if len(words) == 3 and words[:2] in (["sh", "-c"], ["bash", "-c"], ["/bin/sh", "-c"]):
+        words = shlex.split(words[2])
+    for i in range(len(words) - 1):
+        if os.path.basename(words[i]) == "uv" and words[i + 1] == "run":
+            return next((w for w in words[i + 2:] if w.endswith(".py") and not w.startswith("-")), None)
+    return None
 
 
 def base_images(task_path: str) -> list[str]:
@@ -242,6 +257,11 @@ def warm_script(test_sh: str) -> str:
                 cmd = words
             elif head == "uvx":
                 cmd = _uvx_warm(words)
+            elif head == "uv" and words[1:2] == ["run"] and "--with" in words:
+                # `uv run --with pkg ... <command>`: the ephemeral environment, resolved into uv's cache.
+                opts = [w for i, w in enumerate(words[2:], 2)
+                        if w in ("--with", "-p", "--python") or words[i - 1] in ("--with", "-p", "--python")]
+                cmd = ["uv", "run", *opts, "python3", "-c", "pass"]
             elif head in ("source", ".") and len(words) == 2 and words[1].endswith(".local/bin/env"):
                 cmd = words
             if cmd:
@@ -347,7 +367,8 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
     engine = engine or Engine()
     start = time.monotonic()
     tag = tag_for(name, task_path, solution_packages)
-    if engine.image_exists(tag):
+    services = [service_tag(name, task_path, svc.name) for svc in sidecars(task_path) if svc.context is not None]
+    if engine.image_exists(tag) and all(engine.image_exists(t) for t in services):
         return Built(name, tag, time.monotonic() - start, cached=True)
     log_dir = log_dir or os.path.join(CACHE_DIR, "logs")
     os.makedirs(log_dir, exist_ok=True)
@@ -365,6 +386,23 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
             if not ok:
                 return Built(name, None, time.monotonic() - start, False,
                              f"service {svc.name!r}'s Dockerfile failed: {_reason(out)}", f"{log_path}.{svc.name}")
+            config = engine.image_config(stag)
+            script = uv_run_script(svc.command or (*(config.get("Entrypoint") or ()), *(config.get("Cmd") or ())))
+            if script is not None:
+                # `uv run x.py` fetches the script's dependencies when the service starts, which an
+                # episode (offline) cannot: they are resolved into the image's uv cache now.
+                ctx = os.path.join(tempfile.mkdtemp(prefix="rlpt_image_build_"), "warm")
+                os.makedirs(ctx)
+                with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+                    f.write(f"FROM {stag}\nRUN cd {shlex.quote(config.get('WorkingDir') or '/')} && "
+                            f"uv sync --script {shlex.quote(script)}\n")
+                ok, out = engine.build(ctx, stag, timeout_s, log_path=f"{log_path}.{svc.name}.warm")
+                shutil.rmtree(os.path.dirname(ctx), ignore_errors=True)
+                if not ok:
+                    engine.remove_image(stag)
+                    return Built(name, None, time.monotonic() - start, False,
+                                 f"service {svc.name!r}: `uv sync --script {script}` failed: {_reason(out)}",
+                                 f"{log_path}.{svc.name}.warm")
         env_tag = f"localhost/rlpt-task-env/{name}:{digest(task_path)}"
         env_dir = os.path.join(task_path, "environment")
         with tempfile.TemporaryDirectory(prefix="rlpt_image_build_") as tmp:
