@@ -33,6 +33,7 @@ Tools:
               values hidden), matched ignoring case.
   convert     `value`, `from`, `to`: length, mass, time and temperature, with
               exact (Fraction) factors: 1 in = 0.0254 m, 1 lb = 0.45359237 kg.
+A tool is added by registering it: `register_tool(Tool(name, args, run))`.
 
 Variants (each in easy / medium / hard, harder = more rows and more calls):
   calc     arithmetic needing the calculator only.
@@ -71,8 +72,6 @@ MAX_EXPONENT = 1000
 MAX_PROMPT_CHARS = 1024
 MAX_ANSWER_CHARS = 256
 MAX_TURNS = {"easy": 6, "medium": 8, "hard": 10}
-TOOLS = ("calculator", "lookup", "convert")
-_ARGS = {"calculator": ("expr",), "lookup": ("key",), "convert": ("value", "from", "to")}
 _NUMBER_RE = re.compile(r"^[-+]?\$?[0-9][0-9,]*(\.[0-9]+)?$")
 # At most 3 exponent digits: Fraction("1e999999999") would build a huge integer.
 _VALUE_RE = re.compile(r"^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?$")
@@ -261,19 +260,50 @@ class Table:
 _NO_TABLE = Table("none", ())
 
 
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """One tool the model may call: its name, the exact argument names a call must
+    give, and `run(table, args) -> result text` (raising ToolError with a message for
+    the model). `register_tool` adds one; the protocol, parsing and error replies
+    are the same for every tool."""
+
+    name: str
+    args: tuple[str, ...]
+    run: Callable[[Table, dict[str, Any]], str]
+
+
+_TOOLS: dict[str, Tool] = {}
+
+
+def register_tool(tool: Tool) -> Tool:
+    if tool.name in _TOOLS:
+        raise ValueError(f"tool {tool.name!r} is already registered")
+    if not tool.name.isidentifier() or not tool.args or len(set(tool.args)) != len(tool.args):
+        raise ValueError(f"tool {tool.name!r}: a name like an identifier and distinct argument names, got {tool.args!r}")
+    _TOOLS[tool.name] = tool
+    return tool
+
+
+def tool_names() -> tuple[str, ...]:
+    return tuple(_TOOLS)
+
+
+register_tool(Tool("calculator", ("expr",), lambda table, a: format_number(calculate(a["expr"]))))
+register_tool(Tool("lookup", ("key",), lambda table, a: table.lookup(a["key"])))
+register_tool(Tool("convert", ("value", "from", "to"),
+                   lambda table, a: format_number(convert(a["value"], a["from"], a["to"]))))
+
+
 def run_tool(table: Table, tool: str, args: dict[str, Any]) -> str:
     """Result text of one tool call; raises ToolError with a message for the model."""
-    if tool not in _ARGS:
-        raise ToolError(f"unknown tool {tool[:30]!r}; tools: {', '.join(TOOLS)}")
-    if set(args) != set(_ARGS[tool]):
-        want = ", ".join(repr(a) for a in _ARGS[tool])
+    spec = _TOOLS.get(tool)
+    if spec is None:
+        raise ToolError(f"unknown tool {tool[:30]!r}; tools: {', '.join(_TOOLS)}")
+    if set(args) != set(spec.args):
+        want = ", ".join(repr(a) for a in spec.args)
         got = ", ".join(repr(a[:20]) for a in args) or "none"
         raise ToolError(f"{tool}: arguments must be exactly {want}; got {got}")
-    if tool == "calculator":
-        return format_number(calculate(args["expr"]))
-    if tool == "lookup":
-        return table.lookup(args["key"])
-    return format_number(convert(args["value"], args["from"], args["to"]))
+    return spec.run(table, args)
 
 
 def _reject_constant(name: str) -> Any:
@@ -296,7 +326,7 @@ def parse_turn(text: str) -> dict[str, Any] | ToolReply:
     if "tool" not in obj or not set(obj) <= {"tool", "args"}:
         return ToolReply(Verdict.MALFORMED, example)
     if not isinstance(obj["tool"], str):
-        return ToolReply(Verdict.MALFORMED, '"tool" must be a string naming one of: ' + ", ".join(TOOLS))
+        return ToolReply(Verdict.MALFORMED, '"tool" must be a string naming one of: ' + ", ".join(_TOOLS))
     if not isinstance(obj.get("args"), dict):
         return ToolReply(Verdict.MALFORMED, '"args" must be a JSON object, e.g. {"expr": "1+2"}', obj["tool"][:30])
     return obj
@@ -567,7 +597,7 @@ class ToolsDomain(Domain):
         try:
             return ToolReply(Verdict.TOOL, run_tool(task.hidden.table, turn["tool"], turn["args"]), tool)
         except ToolError as e:
-            return ToolReply(Verdict.ERROR, str(e), tool if tool in TOOLS else "")
+            return ToolReply(Verdict.ERROR, str(e), tool if tool in _TOOLS else "")
 
     @staticmethod
     def _grade_answer(ref: Answer, got: Any) -> Grade:

@@ -332,3 +332,17 @@ def test_gymnasium_make_and_env_checker(domain_id):
     assert env.unwrapped.max_turns == registry.get(domain_id).max_turns
     check_env(env.unwrapped, skip_render_check=True)
     assert tools.MAX_TURNS[registry.get(domain_id).difficulty] == env.unwrapped.max_turns
+
+
+def test_a_tool_is_added_by_registering_it():
+    double = tools.Tool("double", ("x",), lambda table, a: format_number(2 * a["x"]))
+    try:
+        tools.register_tool(double)
+        assert "double" in tools.tool_names()
+        assert run_tool(Table("none", ()), "double", {"x": 21}) == "42"
+        with pytest.raises(ToolError, match="arguments must be exactly 'x'"):
+            run_tool(Table("none", ()), "double", {"y": 1})
+        with pytest.raises(ValueError, match="already registered"):
+            tools.register_tool(double)
+    finally:
+        tools._TOOLS.pop("double", None)
