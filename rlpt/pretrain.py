@@ -22,7 +22,7 @@ from flax import nnx
 from rlpt.checkpoint import load_model, save_model
 from rlpt.config import PretrainConfig, from_config_dict, to_json
 from rlpt.data import TaskSampler
-from rlpt.metrics import MetricsWriter
+from rlpt.metrics import MetricsWriter, progress_bar
 from rlpt.models import Transformer
 from rlpt.models.hf import load_hf_checkpoint
 from rlpt.rollout import EnvPool
@@ -104,7 +104,7 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
   sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=cfg.seed)
   noise_rng = np.random.default_rng(cfg.seed + 7)
   writer = MetricsWriter(workdir)
-  bar = _progress(cfg.steps, "pretrain", progress)
+  bar = progress_bar(cfg.steps, "pretrain", progress)
   t0 = time.time()
   try:
     for step in range(1, cfg.steps + 1):
@@ -128,15 +128,6 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
              {"pretrain_config": json.loads(to_json(cfg)), "seconds": time.time() - t0})
   log.info("Saved base model to %s after %.1fs", path, time.time() - t0)
   return path
-
-
-def _progress(total: int, desc: str, enabled: bool):
-  """A progress bar, on the primary process only (one bar for a multi-process run)."""
-  import jax
-  if not enabled or jax.process_index() != 0:
-    return None
-  from tqdm.auto import tqdm
-  return tqdm(total=total, desc=desc, dynamic_ncols=True)
 
 
 def fingerprint(cfg: PretrainConfig) -> str:

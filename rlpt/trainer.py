@@ -32,8 +32,8 @@ from rlpt.config import TrainConfig, to_json
 from rlpt.data import Task
 from rlpt.evaluation import Evaluator
 from rlpt.keys import KEY_SCHEME
-from rlpt.metrics import RunLog
-from rlpt.pretrain import _progress, resolve_base, resolve_tokenizer
+from rlpt.metrics import RunLog, progress_bar
+from rlpt.pretrain import resolve_base, resolve_tokenizer
 from rlpt.rollout.async_source import make_rollout_source
 from rlpt.rollout.envs import check_domains
 from rlpt.rollout.pipeline import BusyClock
@@ -140,7 +140,7 @@ class Trainer:
       self.log.rewind(self.step if resumed is not None else -1)
     if resumed is None:
       self.log.log(0, "eval", self.evaluate())
-    bar = _progress(cfg.steps, "rl", cfg.progress)
+    bar = progress_bar(cfg.steps, "rl", cfg.progress)
     if bar is not None and self.step:
       bar.update(self.step)
     try:

@@ -1,5 +1,6 @@
 """Run metrics: JSONL + TensorBoard writer and the end-of-run report."""
 
+from rlpt.metrics.progress import progress_bar
 from rlpt.metrics.report import plot_eval_curves, success_table
 from rlpt.metrics.run_log import RunLog
 from rlpt.metrics.writer import MetricsWriter
@@ -10,4 +11,4 @@ from rlpt.metrics.writer import MetricsWriter
 WALL_CLOCK_PREFIXES = ("time/", "throughput/", "checkpoint/", "accelerator/", "host/", "env_latency_",
                        "env_seconds/", "env/queue_depth", "async/wait", "async/ready_waves")
 
-__all__ = ["MetricsWriter", "RunLog", "WALL_CLOCK_PREFIXES", "plot_eval_curves", "success_table"]
+__all__ = ["MetricsWriter", "RunLog", "WALL_CLOCK_PREFIXES", "plot_eval_curves", "progress_bar", "success_table"]

@@ -45,7 +45,7 @@ class EpisodeBatch(NamedTuple):
   seq: SequenceBatch   # the conversations as one right-padded token batch
   final: list          # each episode's last Graded verdict
   stats: dict          # per-episode arrays: turns, env_s, generated, overflow, last_len, stopped
-  timings: dict        # time/reset, time/generate, time/environments, rollout/sampler_calls
+  metrics: dict        # the rollout's: time/reset, time/generate, time/environments (s); rollout/sampler_calls
 
 
 class EpisodeRunner:
@@ -87,11 +87,11 @@ class EpisodeRunner:
     decides). ``key`` / ``fold_in``: the sampler's key for sampler call c is
     ``fold_in(key, c + 1)`` (None: ``generate`` draws its own).
     """
-    timings: dict[str, float] = collections.defaultdict(float)
+    metrics: dict[str, float] = collections.defaultdict(float)
     b = len(tasks)
     t = time.perf_counter()
     episodes = self.pool.start(tasks)
-    timings["time/reset"] += time.perf_counter() - t
+    metrics["time/reset"] += time.perf_counter() - t
     ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer,
                                   self.max_prompt_len, [tk.domain for tk in tasks],
                                   bucket=self.bucket)
@@ -109,7 +109,7 @@ class EpisodeRunner:
       sub = None if key is None else fold_in(key, calls)
       t = time.perf_counter()
       comp, lp, n_out = generate(ids_, lengths_, grouped and first, sub)
-      timings["time/generate"] += time.perf_counter() - t
+      metrics["time/generate"] += time.perf_counter() - t
       for j, i in enumerate(rows):
         st.record_turn(i, comp[j], lp[j], int(n_out[j]), self.stop_ids)
       return [self._answer_text(comp[j], int(n_out[j])) for j in range(len(rows))]
@@ -117,12 +117,12 @@ class EpisodeRunner:
     active = list(range(b))
     answers = sample(active, first=True)
     if self.interleave:
-      self._interleaved(episodes, active, answers, st, sample, timings)
+      self._interleaved(episodes, active, answers, st, sample, metrics)
     else:
       while active:
         t = time.perf_counter()
         steps = self.pool.step([episodes[i] for i in active], answers)
-        timings["time/environments"] += time.perf_counter() - t
+        metrics["time/environments"] += time.perf_counter() - t
         still = [i for i, step in zip(active, steps) if self._observe(st, i, step)]
         self.pool.abandon([episodes[i] for i in active if i not in still])
         active = still
@@ -136,10 +136,10 @@ class EpisodeRunner:
     stats = {"turns": [ep.turns for ep in episodes], "env_s": [ep.env_s for ep in episodes],
              "generated": st.generated,
              "overflow": st.overflow, "last_len": st.last_len, "stopped": st.stopped}
-    timings["rollout/sampler_calls"] = float(calls)
-    return EpisodeBatch(seq, st.final, stats, dict(timings))
+    metrics["rollout/sampler_calls"] = float(calls)
+    return EpisodeBatch(seq, st.final, stats, dict(metrics))
 
-  def _interleaved(self, episodes, rows, answers, st, sample, timings):
+  def _interleaved(self, episodes, rows, answers, st, sample, metrics):
     """Later turns as soon as each episode's environment answers (see the module doc).
 
     The sampler waits until at least ``min_ready`` of the running episodes are
@@ -155,7 +155,7 @@ class EpisodeRunner:
         t = time.perf_counter()
         # Block while too few are ready; otherwise take whatever else is done.
         got = pending.wait(timeout=None if len(ready) < need else 0.0)
-        timings["time/environments"] += time.perf_counter() - t
+        metrics["time/environments"] += time.perf_counter() - t
         ended = []
         for k, step in got:
           i = owner[k]

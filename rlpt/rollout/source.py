@@ -175,8 +175,9 @@ class RolloutSource:
         tasks = self.task_stream.next_tasks(self.domain_sampler)
     assert len(tasks) == n_prompts, (len(tasks), n_prompts)
     tasks_b = [task for task in tasks for _ in range(g)]
-    seq, graded, ep_stats, metrics = self.episodes(tasks_b, self.sampling, grouped=True,
-                                                params=params, key=key, bucket_rows=bucket_rows)
+    played = self.episodes(tasks_b, self.sampling, grouped=True, params=params, key=key,
+                           bucket_rows=bucket_rows)
+    seq, graded, ep_stats = played.seq, played.final, played.stats
     records = tuple(dict(domain=tk.domain, seed=tk.seed, split=tk.split, reward=float(x.reward),
                          success=float(x.success), verdict=x.verdict, infra_error=x.infra_error,
                          length=int(n), turns=int(k), env_s=float(sec))
@@ -188,7 +189,7 @@ class RolloutSource:
         valid=np.array([not x.infra_error for x in graded], np.float32),
         # The last turn's completion decides truncation (overlong shaping).
         lengths=ep_stats["last_len"], stopped=ep_stats["stopped"], records=records)
-    metrics = collections.defaultdict(float, metrics)
+    metrics = collections.defaultdict(float, played.metrics)
     metrics["rollout/turns"] = float(np.mean(ep_stats["turns"]))
     metrics["rollout/context_overflow"] = float(np.mean(ep_stats["overflow"]))
     # Every rollout's compute and signal, kept or not (dynamic sampling's extra

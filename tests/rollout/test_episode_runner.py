@@ -83,7 +83,7 @@ def test_interleaved_turns_do_not_wait_for_the_slow_environment():
   early = [n for n, t, _ in inter_calls[1:] if t - start < SLOW_S * 0.9]
   late = [n for n, t, _ in inter_calls[1:] if t - start >= SLOW_S * 0.9]
   assert sum(early) == 6 and late == [1, 1], inter_calls
-  assert inter.timings["rollout/sampler_calls"] == len(inter_calls)
+  assert inter.metrics["rollout/sampler_calls"] == len(inter_calls)
 
 
 def test_batch_synchronous_later_turns_sample_only_running_episodes():
@@ -91,7 +91,7 @@ def test_batch_synchronous_later_turns_sample_only_running_episodes():
   # Turn 2's contexts: prompt + answer + feedback, each longer than its prompt.
   first, second = calls[0][2], calls[1][2]
   assert all(b > a for a, b in zip(first, second))
-  assert out.timings["time/environments"] >= 3 * SLOW_S * 0.9
+  assert out.metrics["time/environments"] >= 3 * SLOW_S * 0.9
 
 
 def test_row_buckets_halve_while_they_hold_the_rows_and_split_evenly():

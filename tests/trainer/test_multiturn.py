@@ -81,7 +81,7 @@ def test_interleaved_turns_keep_exact_logprobs(trainer):
     out = t.rollout.episodes(tasks_b, t.rollout.sampling, grouped=True)
   finally:
     t.rollout.episode_runner.interleave = False
-  assert out.timings["rollout/sampler_calls"] >= max(out.stats["turns"])
+  assert out.metrics["rollout/sampler_calls"] >= max(out.stats["turns"])
   assert all(g is not None for g in out.final)
   logp = np.asarray(t.actor.logprobs(t.actor.policy_params(), jax.device_put(out.seq.tokens)))
   m = out.seq.loss_mask > 0
