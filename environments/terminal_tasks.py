@@ -751,9 +751,11 @@ _NETWORK = re.compile(r"(Temporary failure resolving '[^']+'|Could not resolve h
 
 def needs_network(output: str) -> str | None:
     """The first sign in `output` of a command that needed the network, or None. uv's
-    installer (`curl https://astral.sh/uv/...`) does not count: the image has uv."""
+    installer (`curl https://astral.sh/uv/...`) does not count (the image has uv), nor
+    a connection refused on this machine's own loopback (a server that did not start)."""
     for m in _NETWORK.finditer(output):
-        if "astral.sh" not in m.group(1):
+        line = output[output.rfind("\n", 0, m.start()) + 1:output.find("\n", m.end()) % (len(output) + 1)]
+        if "astral.sh" not in m.group(1) and not re.search(r"localhost|127\.0\.0\.1", line):
             return m.group(1)
     return None
 

@@ -532,6 +532,20 @@ def test_harness_failures_are_told_from_verdicts(output, expected):
     assert (why is None) if expected is None else (expected in why), why
 
 
+@pytest.mark.parametrize("output, expected", [
+    ("E: Failed to fetch http://deb.debian.org/x.deb  Temporary failure resolving 'deb.debian.org'",
+     "Temporary failure resolving 'deb.debian.org'"),
+    ("curl: (6) Could not resolve host: astral.sh\nall good\n", None),  # uv's installer: the image has uv
+    ("curl: (6) Could not resolve host: astral.sh\nfatal: Could not resolve host: github.com\n", "Could not resolve host: github.com"),
+    ("HTTPConnectionPool(host='localhost', port=5000): Failed to establish a new connection: [Errno 111]", None),
+    ("  Because fastmcp was not found in the cache and you require fastmcp, we can conclude", "Because fastmcp was not found in the cache"),
+    ("5 passed in 0.1s\n", None),
+])
+def test_what_reached_for_the_network_is_told_from_what_did_not(output, expected):
+    got = terminal_tasks.needs_network(output)
+    assert (got is None) if expected is None else got.startswith(expected), got
+
+
 def test_the_warm_up_runs_a_test_script_s_installs_not_its_tests():
     warm = images.warm_script(TB2_STYLE + "pip3 install numpy==2.1.0 && python -m pytest /tests\nuv tool run --with x==1 ruff check .\n")
     assert "apt-get install -y curl" in warm and "source $HOME/.local/bin/env" in warm
