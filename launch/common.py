@@ -119,10 +119,10 @@ def _check_config_loaded(flag) -> None:
 
 
 def check_domains(cfg) -> None:
-  """`rlpt.rollout.envs.check_domains` for a TrainConfig or PretrainConfig;
+  """`rlpt.rollout.domains.check_domains` for a TrainConfig or PretrainConfig;
   a mistake is a usage error."""
   from rlpt.config import ConfigError
-  from rlpt.rollout.envs import check_domains as check
+  from rlpt.rollout.domains import check_domains as check
   rollout = getattr(cfg, "rollout", None)
   try:
     check(cfg.domains, rollout.max_prompt_len if rollout is not None else None)

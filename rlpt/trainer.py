@@ -35,7 +35,7 @@ from rlpt.keys import KEY_SCHEME
 from rlpt.metrics import RunLog, progress_bar
 from rlpt.pretrain import resolve_base, resolve_tokenizer
 from rlpt.rollout.async_source import make_rollout_source
-from rlpt.rollout.envs import check_domains
+from rlpt.rollout.domains import check_domains
 from rlpt.rollout.pipeline import BusyClock
 from rlpt.device import check_batch, count_compiles, host_metrics, is_primary
 from rlpt.sampling import SamplingParams

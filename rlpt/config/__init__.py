@@ -9,7 +9,8 @@ small dataclass it needs.
 Layout: ``schema`` (the generic machinery: ``from_config_dict``,
 ``default_config_dict``, ``unknown_key_message``, ``ConfigError``),
 ``sections`` (sections shared by experiments), ``pretrain`` (PretrainConfig),
-``rl_sections`` and ``train`` (the sections of an RL run and TrainConfig),
+``rl_sections``, ``run_sections`` and ``train`` (the sections of an RL run and
+TrainConfig),
 ``plan`` (PlanConfig). Everything is imported from ``rlpt.config``.
 """
 
@@ -17,16 +18,14 @@ from rlpt.config.plan import PlanConfig
 from rlpt.config.pretrain import PretrainConfig
 from rlpt.config.rl_sections import (
     BaseModelConfig,
-    CheckpointConfig,
-    CurriculumConfig,
     EnvConfig,
-    EvalConfig,
     LoraSection,
     RLConfig,
     RolloutConfig,
     SpeculativeConfig,
     ValueConfig,
 )
+from rlpt.config.run_sections import CheckpointConfig, CurriculumConfig, EvalConfig
 from rlpt.config.schema import (
     ConfigError,
     default_config_dict,

@@ -6,16 +6,14 @@ import dataclasses
 
 from rlpt.config.rl_sections import (
     BaseModelConfig,
-    CheckpointConfig,
-    CurriculumConfig,
     EnvConfig,
-    EvalConfig,
     LoraSection,
     RLConfig,
     RolloutConfig,
     SpeculativeConfig,
     ValueConfig,
 )
+from rlpt.config.run_sections import CheckpointConfig, CurriculumConfig, EvalConfig
 from rlpt.config.schema import ConfigError, _require
 from rlpt.config.sections import DomainsConfig, MeshConfig, OptimConfig, ShardingConfig
 from rlpt.curriculum import sampler_from_config

@@ -1,15 +1,8 @@
 """Decoder-only transformer policy and value models (Flax NNX)."""
 
+from rlpt.models.cache import KVCache, causal_mask, init_cache, write_kv
 from rlpt.models.config import ModelConfig
-from rlpt.models.transformer import (
-    KVCache,
-    Decoder,
-    Transformer,
-    ValueModel,
-    causal_mask,
-    init_cache,
-    write_kv,
-)
+from rlpt.models.transformer import Decoder, Transformer, ValueModel
 
 __all__ = [
     "ModelConfig",

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -22,53 +20,9 @@ from flax import nnx
 from rlpt.attention import attention, attention_mask, rope_frequencies
 from rlpt.attention.decode import sharded_decode_attention
 from rlpt.attention.rope import apply_rope_with_frequencies
+from rlpt.models.cache import KVCache, write_kv
 from rlpt.models.config import ModelConfig
 from rlpt.sharding import constrain
-
-
-class KVCache(NamedTuple):
-  """Key/value buffers, one array per layer: keys [B, K, H, S], values [B, K, S, H].
-
-  Kv-head major and keys transposed, so both products of a decode step are
-  plain matmuls over each head's contiguous cache (q [G, H] @ k [H, S], then
-  p [G, S] @ v [S, H]); a [B, S, K, H] buffer costs XLA on CPU a transposed
-  copy of the cache per layer per step, and [B, K, S, H] keys a repacking.
-  One array per layer, so a step updates each in place (slicing a layer out of
-  a stacked [L, ...] buffer and writing it back copies it).
-  """
-
-  k: tuple[jax.Array, ...]
-  v: tuple[jax.Array, ...]
-
-  @property
-  def length(self) -> int:
-    return self.v[0].shape[2]
-
-
-def init_cache(cfg: ModelConfig, batch: int, length: int) -> KVCache:
-  b, k, h, dt, n = batch, cfg.num_kv_heads, cfg.head_dim, cfg.jnp_dtype, cfg.num_layers
-  return KVCache(tuple(jnp.zeros((b, k, h, length), dt) for _ in range(n)),
-                 tuple(jnp.zeros((b, k, length, h), dt) for _ in range(n)))
-
-
-def write_kv(cache: jax.Array, new_BxTxKxH: jax.Array, index_B: jax.Array,
-             keys: bool = False) -> jax.Array:
-  """Writes each row's T new values (``keys``: keys) at that row's slot ``index_B``.
-
-  ``cache`` is one layer: [B, K, S, H] values or, with ``keys``, [B, K, H, S].
-  """
-  axes, slot = ((0, 2, 3, 1), 2) if keys else ((0, 2, 1, 3), 1)
-  row = lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=slot)
-  return jax.vmap(row)(cache, jnp.transpose(new_BxTxKxH, axes).astype(cache.dtype), index_B)
-
-
-def causal_mask(positions_BxT: jax.Array, key_positions_BxS: jax.Array,
-                key_valid_BxS: jax.Array | None = None) -> jax.Array:
-  """[B, T, S] boolean mask: query at position p sees keys at positions <= p."""
-  mask = key_positions_BxS[:, None, :] <= positions_BxT[:, :, None]
-  if key_valid_BxS is not None:
-    mask &= key_valid_BxS[:, None, :]
-  return mask
 
 
 def _param(rngs: nnx.Rngs, shape, axes, scale: float) -> nnx.Param:

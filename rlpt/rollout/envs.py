@@ -31,72 +31,19 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 import gymnasium
 import numpy as np
 
-from rlpt.config import ConfigError
 from rlpt.data import Task
+from rlpt.rollout.domains import register_domain_files
+from rlpt.rollout.records import Episode, Graded, Prompt, Step, check_step
 from rlpt.rollout.scheduler import JobScheduler, JobTimeout
 
 SANDBOX, CHEAP = "sandbox", "cheap"
-
-
-class Prompt(NamedTuple):
-  task: Task
-  text: str
-  info: dict
-
-
-class Graded(NamedTuple):
-  reward: float
-  success: bool
-  verdict: str
-  infra_error: bool
-  info: dict
-
-
-class Episode:
-  """One environment instance held from reset until its episode ends."""
-
-  __slots__ = ("task", "prompt", "info", "env", "done", "reward", "turns", "actions", "env_s")
-
-  def __init__(self, task: Task, env, prompt: str, info: dict):
-    self.task, self.env, self.prompt, self.info = task, env, prompt, info
-    self.done = False
-    self.reward = 0.0  # sum of the rewards of every step so far
-    self.turns = 0
-    self.actions: list[str] = []  # accepted actions, replayed after an infrastructure failure
-    self.env_s = 0.0  # seconds its environment steps ran in a worker (retries included)
-
-
-class Step(NamedTuple):
-  """One environment step of an episode.
-
-  observation: text to append to the conversation when the episode goes on
-  ("" when it ended). graded: the verdict of this step, with ``reward`` the
-  episode's total so far. env_s: the seconds the episode's environment steps
-  have run so far (failed attempts included).
-  """
-
-  observation: str
-  done: bool
-  graded: Graded
-  env_s: float = 0.0
-
-
-def check_step(episodes: Sequence, actions: Sequence[str]) -> None:
-  """One action per running episode, or a clear error."""
-  if len(episodes) != len(actions):
-    raise ValueError(f"{len(episodes)} episodes but {len(actions)} actions.")
-  for ep in episodes:
-    if ep.done:
-      raise RuntimeError(f"episode of {ep.task} already ended")
 
 
 def _infra_failure(e: BaseException) -> Graded:
@@ -334,48 +281,6 @@ class EnvPool:
       for envs in self._free.values():
         while envs:
           envs.pop().close()
-
-
-def register_domain_files(files: Sequence[str]) -> tuple[str, ...]:
-  """Registers each dataset-file description ("rlpt/dataset-<name>-v0=path[:verifier]
-  [?field=column&...]", `environments.datasets.parse_description`) as a domain,
-  once per process: a description registered before is kept, another file under
-  a registered id is a ValueError naming the entry. Every file is validated
-  whole here, before anything compiles. Returns the descriptions with their
-  paths made absolute, for processes started elsewhere (Ray actors)."""
-  import environments  # noqa: F401  (registers the built-in domains with gymnasium)
-  from environments import datasets
-  out = []
-  for i, desc in enumerate(files):
-    try:
-      datasets.register(desc, exist_ok=True)
-      domain_id, _, rest = desc.partition("=")
-      path = datasets.parse_description(desc)["path"]
-      out.append(f"{domain_id}={os.path.abspath(os.path.expanduser(path))}{rest[len(path):]}")
-    except ValueError as e:
-      raise ValueError(f"domains.files[{i}] ({desc!r}): {e}") from None
-  return tuple(out)
-
-
-def check_domains(domains, max_prompt_len: int | None = None) -> None:
-  """Registers ``domains.files`` (a `DomainsConfig`), then checks that every id
-  in ``domains.ids`` is registered and, given ``max_prompt_len`` (tokens,
-  BOS included, of the byte tokenizer), that its prompts fit. Every problem is
-  a ConfigError naming the config key and the value; nothing is started."""
-  try:
-    register_domain_files(domains.files)
-  except ValueError as e:
-    raise ConfigError(f"config.{e}") from None
-  from environments import registry
-  for i, d in enumerate(domains.ids):
-    if not registry.is_registered(d):
-      raise ConfigError(f"config.domains.ids[{i}] is {d!r}, which is not a registered domain"
-                        f"{registry.close_matches_hint(d)}; `python -m environments` lists them all.")
-    spec = registry.get(d)
-    if max_prompt_len is not None and spec.max_prompt_chars + 1 > max_prompt_len:
-      raise ConfigError(f"config.domains.ids[{i}] ({d!r}) has prompts up to {spec.max_prompt_chars} "
-                        f"chars; config.rollout.max_prompt_len={max_prompt_len} must be at least "
-                        f"{spec.max_prompt_chars + 1} (BOS included).")
 
 
 class PendingSteps:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from rlpt.rollout.envs import EnvPool, register_domain_files
+from rlpt.rollout.domains import register_domain_files
+from rlpt.rollout.envs import EnvPool
 from rlpt.rollout.ray_backend import RayEnvPool
 
 

@@ -23,7 +23,8 @@ import warnings
 from collections.abc import Sequence
 
 from rlpt.data import Task
-from rlpt.rollout.envs import EnvPool, Graded, Prompt, Step, check_step
+from rlpt.rollout.envs import EnvPool
+from rlpt.rollout.records import Graded, Prompt, Step, check_step
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -11,7 +11,8 @@ import pytest
 
 from rlpt.config import ConfigError, DomainsConfig
 from rlpt.data import Task
-from rlpt.rollout.envs import EnvPool, register_domain_files
+from rlpt.rollout.domains import register_domain_files
+from rlpt.rollout.envs import EnvPool
 from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

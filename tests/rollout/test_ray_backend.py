@@ -69,7 +69,7 @@ def test_actors_register_the_runs_dataset_files(pool, tmp_path, monkeypatch):
       "".join(f'{{"q": "{i} + {i}?", "a": "{2 * i}"}}\n' for i in range(30)), encoding="utf-8")
   monkeypatch.chdir(tmp_path)
   domain = "rlpt/dataset-raysums-v0"
-  from rlpt.rollout.envs import register_domain_files
+  from rlpt.rollout.domains import register_domain_files
   files = register_domain_files([f"{domain}=sums.jsonl:numeric?prompt=q&answer=a"])
   assert files == (f"{domain}={tmp_path / 'sums.jsonl'}:numeric?prompt=q&answer=a",)
   remote = RayEnvPool([domain], workers=1, actors=1, files=files)

@@ -11,7 +11,7 @@ import pytest
 from rlpt.config import EvalConfig
 from rlpt.evaluation import Evaluator
 from rlpt.keys import run_key
-from rlpt.rollout.envs import Graded
+from rlpt.rollout.records import Graded
 from rlpt.sampling import SamplingParams
 from rlpt.tokenizers import ByteTokenizer
 

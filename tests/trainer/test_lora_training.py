@@ -8,7 +8,7 @@ import pytest
 
 from experiments import grpo_lora
 from rlpt.config import TrainConfig, from_config_dict
-from rlpt.rollout.envs import Graded
+from rlpt.rollout.records import Graded
 from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
