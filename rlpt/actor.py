@@ -18,13 +18,11 @@ device once.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import logging
 import math
 import os
 import time
-from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -32,13 +30,13 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from rlpt.checkpoint import save_model
-from rlpt.config import LoraSection, OptimConfig, RLConfig, ShardingConfig, TrainConfig
+from rlpt.config import LoraSection, OptimConfig, ShardingConfig
 from rlpt.keys import run_key
-from rlpt.models import ModelConfig, ValueModel
+from rlpt.models import ValueModel
 from rlpt.models.hf import save_hf_checkpoint
 from rlpt.models.lora import init_lora, merge_lora, save_adapters
 from rlpt.packing import Packing, pack_width
-from rlpt.rl import (AdvantageInputs, LossConfig, ValueLossConfig, compute_advantages,
+from rlpt.rl import (AdvantageInputs, compute_advantages,
                      is_per_token, kl_reward_penalty_BxT, loss_counts, make_kl_controller,
                      overlong_filter_BxT, sequence_kl_B, soft_overlong_penalty_B, truncated_B,
                      truncated_is_weights)
@@ -47,44 +45,13 @@ from rlpt.rollout.pipeline import BusyClock
 from rlpt.device import (batch_multiple, batch_sharding, host_to_global, is_primary, jit_step,
                           make_reshard, place_params, place_train_state, pooled_jit, replicated,
                           to_device, to_host, with_rules)
-from rlpt.sampling import SamplingParams
 from rlpt.sharding import state_shardings
+from rlpt.update import Base, UpdateConfig, UpdatePlan, minibatch, plan_update
 from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
                         lora_rl_train_step, make_optimizer, rl_train_step, sequence_logprobs,
                         sequence_values, value_train_step)
 
 log = logging.getLogger(__name__)
-
-
-class Base(NamedTuple):
-  """A resolved base model: its config, graph and parameters (host or placed)."""
-  model_cfg: ModelConfig
-  graphdef: nnx.GraphDef
-  params: nnx.State
-
-
-@dataclasses.dataclass(frozen=True)
-class UpdateConfig:
-  """What the update reads of a run's config (`from_train` builds it)."""
-
-  rl: RLConfig
-  loss: LossConfig
-  value_loss: ValueLossConfig
-  sampling: SamplingParams   # the rollout's: log-probs are of the distribution sampled
-  group_size: int
-  batch_size: int
-  max_new_tokens: int
-  scoring_pass: bool         # behaviour log-probs from a policy pass before the update
-  seed: int
-  pad_id: int                # the tokenizer's (packing finds each row's real tokens)
-
-  @classmethod
-  def from_train(cls, cfg: TrainConfig, pad_id: int) -> "UpdateConfig":
-    ro = cfg.rollout
-    return cls(cfg.rl, cfg.loss_config(), cfg.value_loss_config(),
-               SamplingParams(ro.temperature, ro.top_k, ro.top_p), ro.group_size, ro.batch_size,
-               ro.max_new_tokens, cfg.recomputes_old_logp and not cfg.tis_in_step, cfg.seed,
-               pad_id)
 
 
 class Actor:
@@ -271,30 +238,46 @@ class Actor:
         token_rewards, rl.gamma, rl.lam, rl.whiten_advantages))
     return mask, adv, float(jnp.mean(seq_kl)), float(truncated.mean())
 
+  def plan(self, batch: RolloutBatch, step: int) -> UpdatePlan:
+    """The host-side layout of update ``step`` (rlpt.update): packing or shared
+    prefix, and the minibatches' row orders."""
+    return plan_update(batch.tokens, batch.loss_mask, step, seed=self.cfg.seed,
+                       minibatches=self.cfg.rl.minibatches, epochs=self.cfg.rl.ppo_epochs,
+                       packing=self._packing, shared_prefix=self.shared_prefix)
+
   def update(self, batch: RolloutBatch, step: int) -> dict:
     """RL update ``step`` (1-based) on a graded batch. Returns its metrics:
     ``train/*`` averaged over the minibatch updates, the KL, shaping and
     importance-weight figures, and the time of the reference pass and the update."""
-    u = self.cfg
-    out: dict[str, float] = {}
     t = time.perf_counter()
-    packing = self._packing(batch.tokens, batch.loss_mask)
-    shared = None if packing is not None else self.shared_prefix(batch.tokens)
-    out["batch/shared_prefix"] = float(shared.length if shared else 0)
-    # Token positions the reference pass and each update run (padding included).
-    out["batch/pass_tokens"] = float(batch.tokens.size if packing is None
-                                     else packing.num_rows * packing.width)
+    plan = self.plan(batch, step)
+    out = dict(plan.metrics)
+    batch, ref_logp, values, is_weight = self._score(batch, plan, out)
+    out["time/reference"] = time.perf_counter() - t
+    rl_batch, vbatch, kl_coef = self._targets(batch, ref_logp, values, is_weight, out)
+    t = time.perf_counter()
+    out.update(self._train(rl_batch, vbatch, plan, kl_coef))
+    out["time/update"] = time.perf_counter() - t
+    # Per-sequence negative log-likelihood of the sampled completions (nats,
+    # behaviour policy, the same rows and mean as kl/sequence): the size of
+    # the terms that kl/sequence sums.
+    out["rollout/nll"] = float(-(np.asarray(batch.old_logp) * np.asarray(rl_batch.loss_mask)).sum(1).mean())
+    out["kl/coef"] = kl_coef
+    return out
+
+  def _score(self, batch: RolloutBatch, plan: UpdatePlan, out: dict):
+    """The device passes before the update: behaviour log-probs (the scoring pass,
+    when the sampler is not the policy), the reference's, the critic's values.
+    Returns (batch with its behaviour log-probs, ref_logp, values, importance weights)."""
+    u, packing = self.cfg, plan.packing
     if packing is None:
-      tokens, segments = host_to_global(batch.tokens, self._bs2), None
-      unpack = np.asarray
+      tokens, segments, unpack = host_to_global(batch.tokens, self._bs2), None, np.asarray
     else:
-      out["batch/packed_rows"] = float(packing.num_rows)
-      out["batch/packing_fill"] = packing.fill
-      packed_tokens, packed_segments = packing.tokens(batch.tokens, u.pad_id), packing.segments()
-      tokens = host_to_global(packed_tokens, self._bs2)
-      segments = host_to_global(packed_segments, self._bs2)
+      tokens = host_to_global(packing.tokens(batch.tokens, u.pad_id), self._bs2)
+      segments = host_to_global(packing.segments(), self._bs2)
       unpack = packing.unpack
-    logprobs = self._logprobs_for(shared, packing is not None)
+    logprobs = self._logprobs_for(plan.shared, packing is not None)
+    is_weight = None
     if u.scoring_pass:
       # Behaviour log-probs from the policy itself; the sampler's (int8)
       # log-probs only enter through the truncated importance weights.
@@ -313,70 +296,56 @@ class Actor:
       if self.value_state is not None:
         values = to_host(self._values(self.value_state.params,
                                       host_to_global(batch.tokens, self._bs2)))
-    out["time/reference"] = time.perf_counter() - t
+    return batch, ref_logp, values, is_weight
 
+  def _targets(self, batch: RolloutBatch, ref_logp, values, is_weight, out: dict):
+    """Advantages (reward shaping, the KL controller's step) and critic targets:
+    (RLBatch, ValueBatch or None, the KL coefficient the update uses)."""
     mask, adv, seq_kl, truncated = self._advantages(
         batch, jnp.asarray(ref_logp), None if values is None else jnp.asarray(values))
     kl_coef = self.kl_ctl.value
-    self.kl_ctl.update(seq_kl, n_steps=u.batch_size)
+    self.kl_ctl.update(seq_kl, n_steps=self.cfg.batch_size)
     adv_BxT = np.asarray(adv.adv_BxT)
-    if u.scoring_pass:
+    if is_weight is not None:
       # A positive per-token weight on the advantage scales the clipped
       # surrogate exactly as it would scale the loss.
       adv_BxT = adv_BxT * is_weight
-    rl_batch = RLBatch(batch.tokens, np.asarray(mask), batch.old_logp, ref_logp, adv_BxT)
+    mask = np.asarray(mask)
+    rl_batch = RLBatch(tokens=batch.tokens, loss_mask=mask, old_logp=batch.old_logp,
+                       ref_logp=ref_logp, advantages=adv_BxT)
     vbatch = None
     if values is not None:
-      vbatch = ValueBatch(batch.tokens, np.asarray(mask), values, np.asarray(adv.returns_BxT))
+      vbatch = ValueBatch(tokens=batch.tokens, loss_mask=mask, old_values=values,
+                          returns=np.asarray(adv.returns_BxT))
+    out.update({"truncated_fraction": truncated, "kl/sequence": seq_kl})
+    return rl_batch, vbatch, kl_coef
 
-    t = time.perf_counter()
-    mb = u.rl.minibatches
-    c = loss_counts(jnp.asarray(mask))
+  def _train(self, rl_batch: RLBatch, vbatch: ValueBatch | None, plan: UpdatePlan,
+             kl_coef: float) -> dict:
+    """``rl.ppo_epochs`` x ``rl.minibatches`` jitted updates in the plan's orders;
+    their metrics, averaged, leave the device once."""
+    mb = plan.minibatches
+    c = loss_counts(jnp.asarray(rl_batch.loss_mask))
     # Each minibatch's loss is normalised by the whole batch's counts, so one
     # epoch's gradients add up to the full-batch objective.
     counts = LossCounts(jnp.float32(c.num_tokens) / mb, jnp.float32(c.num_seqs) / mb)
-    size = u.batch_size // mb
-    order_rng = np.random.default_rng(u.seed * 7919 + step - 1)
     step_metrics = []  # per update, on device until the last one is done
-    for _ in range(u.rl.ppo_epochs):
-      if mb == 1:
-        perm = np.arange(size)
-      elif shared is not None:  # minibatches of whole groups
-        g = shared.group
-        perm = (order_rng.permutation(u.batch_size // g)[:, None] * g + np.arange(g)).ravel()
-      else:
-        perm = order_rng.permutation(u.batch_size)
+    for epoch in range(len(plan.orders)):
       for k in range(mb):
-        idx = perm[k * size:(k + 1) * size]
-        mini = RLBatch(*(x[idx] for x in rl_batch[:5]))
-        if packing is not None and mb == 1:  # the whole batch, in order: packed as above
-          mini = RLBatch(packed_tokens, *(packing.pack(x) for x in mini[1:5]), packed_segments)
-        elif packing is not None:
-          sub = self._packing(mini.tokens, mini.loss_mask)
-          mini = RLBatch(sub.tokens(mini.tokens, u.pad_id), *(sub.pack(x) for x in mini[1:5]),
-                         sub.segments())
+        mini, idx = minibatch(rl_batch, plan, epoch, k, self.cfg.pad_id, self._packing)
         step_metrics.append(self.train_on(
-            mini, counts, kl_coef, shared,
-            None if vbatch is None else ValueBatch(*(x[idx] for x in vbatch))))
+            mini, counts, kl_coef, plan.shared,
+            None if vbatch is None else vbatch._replace(**{f: getattr(vbatch, f)[idx] for f in vbatch._fields})))
     with self.busy.busy():
       step_metrics = to_host(step_metrics)  # the metrics leave the device once per step
     sums: dict[str, float] = collections.defaultdict(float)
     for m in step_metrics:
       for key, v in m.items():
         sums[key] += float(v)
-    for key, v in sums.items():
-      # Truncated importance weights taken in the step are rollout figures.
-      name = "rollout" if key in ("sampler_kl", "is_weight_mean", "is_capped_fraction") else "train"
-      out[f"{name}/{key}"] = v / len(step_metrics)
-    out["time/update"] = time.perf_counter() - t
-    out["truncated_fraction"] = truncated
-    out["kl/sequence"] = seq_kl
-    # Per-sequence negative log-likelihood of the sampled completions (nats,
-    # behaviour policy, the same rows and mean as kl/sequence): the size of
-    # the terms that kl/sequence sums.
-    out["rollout/nll"] = float(-(np.asarray(batch.old_logp) * np.asarray(mask)).sum(1).mean())
-    out["kl/coef"] = kl_coef
-    return out
+    # Truncated importance weights taken in the step are rollout figures.
+    rollout_keys = ("sampler_kl", "is_weight_mean", "is_capped_fraction")
+    return {f"{'rollout' if key in rollout_keys else 'train'}/{key}": v / len(step_metrics)
+            for key, v in sums.items()}
 
   # --------------------------------------------------------------------------
   # Checkpoints.

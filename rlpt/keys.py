@@ -20,6 +20,8 @@ Purposes and the indices each takes (see ``rlpt.trainer``):
   update i.
 * ``lora_init``, ``draft_init``, ``value_init``: initial LoRA adapters, draft
   model and value head.
+* ``minibatch_order``: the update of step s, its rows' order in the minibatches
+  (a NumPy stream, ``numpy_rng``).
 
 The numbers in ``PURPOSES`` are part of the stream: changing one changes
 every run's samples. Add new purposes with new numbers.
@@ -28,6 +30,7 @@ every run's samples. Add new purposes with new numbers.
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 PURPOSES = {
     "rollout": 1,
@@ -37,6 +40,7 @@ PURPOSES = {
     "draft_init": 5,
     "value_init": 6,
     "answers": 7,
+    "minibatch_order": 8,
 }
 
 # Saved in checkpoints: what the run's keys are a function of.
@@ -54,3 +58,8 @@ def run_key(seed: int, purpose: str, *indices: int) -> jax.Array:
       raise ValueError(f"run_key({purpose!r}) index {i} is outside [0, 2**32).")
     key = jax.random.fold_in(key, i)
   return key
+
+
+def numpy_rng(seed: int, purpose: str, *indices: int) -> np.random.Generator:
+  """A host (NumPy) stream named like ``run_key``: seeded by that key's data."""
+  return np.random.default_rng(np.asarray(jax.random.key_data(run_key(seed, purpose, *indices))).tolist())

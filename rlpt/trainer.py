@@ -25,7 +25,8 @@ import os
 import time
 from collections.abc import Sequence
 
-from rlpt.actor import Actor, Base, UpdateConfig
+from rlpt.actor import Actor
+from rlpt.update import Base, UpdateConfig
 from rlpt.checkpoint import (RunCheckpointer, abstract_like, check_resume, jsonable,
                              model_fingerprint)
 from rlpt.config import TrainConfig, to_json

@@ -20,7 +20,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rlpt")
 LAYERS = {
     "pure": {"attention", "checkpoint", "config", "curriculum", "data", "distill", "keys", "metrics",
-             "models", "packing", "rl", "sampling", "sharding", "steps", "tokenizers"},
+             "models", "packing", "rl", "sampling", "sharding", "steps", "tokenizers", "update"},
     "device": {"device"},
     "orchestration": {"actor", "evaluation", "pretrain", "rollout", "trainer"},
 }
@@ -166,11 +166,11 @@ def test_environments_import_neither_jax_nor_rlpt():
 
 
 # Files and functions above these sizes are where a newcomer gets lost. The
-# exceptions are the ones still to split (the update's plan and passes), each
-# held to its present size so it can only shrink.
+# exceptions are the ones still to split, each held to its present size so it
+# can only shrink.
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 400, 60
-FILE_EXCEPTIONS = {"rlpt/actor.py": 415}
-FUNCTION_EXCEPTIONS = {"rlpt/actor.py:Actor.update": 106, "rlpt/actor.py:Actor.__init__": 83,
+FILE_EXCEPTIONS = {}
+FUNCTION_EXCEPTIONS = {"rlpt/actor.py:Actor.__init__": 83,
                        "rlpt/models/transformer.py:Attention.__call__": 76,
                        "rlpt/sampling/speculative.py:_spec_generate": 68,
                        "rlpt/rollout/episodes.py:EpisodeRunner.run": 61}
