@@ -317,18 +317,14 @@ def test_multi_step_rewards_final_or_mean_of_the_counted_steps(tmp_path):
         _, reward, terminated, _, step = env.step(turns[2])
         assert (reward, terminated) == (expected, True), (name, step)
     path = _multi_step(tmp_path, "steps-bad")
-    _write(tmp_path / "steps-bad", {"task.toml": '[[steps]]\nname = "make"\nmin_reward = {"a" = 1}\n'})
-    with pytest.raises(TaskFolderError, match="min_reward must be a number"):
-        terminal_tasks.load_task_folder(path)
-    _write(tmp_path / "steps-bad", {"task.toml": '[[steps]]\nname = "missing"\n'})
-    with pytest.raises(TaskFolderError, match="no folder steps/missing/"):
-        terminal_tasks.load_task_folder(path)
-    _write(tmp_path / "steps-bad", {"task.toml": '[[steps]]\nname = "make"\n[steps.verifier]\nenvironment_mode = "separate"\n'})
-    with pytest.raises(TaskFolderError, match="environment_mode = 'separate'"):
-        terminal_tasks.load_task_folder(path)
-    _write(tmp_path / "steps-bad", {"task.toml": 'multi_step_reward_strategy = "max"\n[[steps]]\nname = "make"\n'})
-    with pytest.raises(TaskFolderError, match="'mean' or 'final', got 'max'"):
-        terminal_tasks.load_task_folder(path)
+    for toml, why in (('[[steps]]\nname = "make"\nmin_reward = {"a" = 1}\n', "min_reward must be a number"),
+                      ('[[steps]]\nname = "missing"\n', "no folder steps/missing/"),
+                      ('[[steps]]\nname = "make"\n[steps.verifier]\nenvironment_mode = "separate"\n',
+                       "environment_mode = 'separate'"),
+                      ('multi_step_reward_strategy = "max"\n[[steps]]\nname = "make"\n', "'mean' or 'final', got 'max'")):
+        _write(tmp_path / "steps-bad", {"task.toml": toml})
+        with pytest.raises(TaskFolderError, match=why):
+            terminal_tasks.load_task_folder(path)
 
 
 COMPOSE = """
