@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from environments.containers.engine import Healthcheck
+
 MAIN = "main"
 _IGNORED = {"expose", "ports", "networks", "restart", "container_name", "hostname", "labels", "logging", "stdin_open", "tty"}
 _SIDECAR_KEYS = {"build", "image", "environment", "command", "healthcheck", "depends_on", "working_dir", *_IGNORED}
@@ -36,18 +38,6 @@ _MAIN_KEYS = {"build", "image", "command", "environment", "depends_on", "volumes
 
 class ComposeError(ValueError):
     """A compose file this subset cannot run as it is written."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Healthcheck:
-    command: str  # run with sh -c in the service's container
-    interval_s: float = 2.0
-    retries: int = 3
-    start_period_s: float = 0.0
-
-    @property
-    def wait_s(self) -> float:
-        return self.start_period_s + self.interval_s * (1 + self.retries)
 
 
 @dataclasses.dataclass(frozen=True)

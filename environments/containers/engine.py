@@ -41,6 +41,22 @@ class Resources:
 
 
 @dataclasses.dataclass(frozen=True)
+class Healthcheck:
+    """A command polled in a container until it succeeds (task.toml's healthchecks,
+    a compose service's): every `interval_s`, for `start_period_s` plus `retries`
+    more intervals."""
+
+    command: str
+    interval_s: float = 2.0
+    retries: int = 3
+    start_period_s: float = 0.0
+
+    @property
+    def wait_s(self) -> float:
+        return self.start_period_s + self.interval_s * (1 + self.retries)
+
+
+@dataclasses.dataclass(frozen=True)
 class Exec:
     """The result of a command run inside a container."""
 

@@ -135,10 +135,14 @@ def sidecars(task_path: str) -> tuple[compose.Service, ...]:
     return compose.load(path).services if path else ()
 
 
-def service_tag(name: str, task_path: str, service: str) -> str:
-    """The image of a sidecar service that the task builds (compose `build`)."""
-    key = hashlib.sha256(f"{digest(task_path)} service {service} {SERVICE_VERSION}".encode()).hexdigest()[:16]
-    return f"localhost/rlpt-task/{name}--{service}:{key}"
+def service_images(name: str, task_path: str) -> dict[str, str]:
+    """{service: its image}: the tag the task builds for a service with a `build`
+    (content-digested like the task's own), else the stand-in for its `image`."""
+    env_digest = digest(task_path)
+    return {svc.name: (f"localhost/rlpt-task/{name}--{svc.name}:" + hashlib.sha256(
+                f"{env_digest} service {svc.name} {SERVICE_VERSION}".encode()).hexdigest()[:16]
+                if svc.context is not None else bases.normalise(svc.image))
+            for svc in sidecars(task_path)}
 
 
 def uv_run_script(command) -> str | None:
@@ -360,6 +364,29 @@ def _reason(output: str) -> str:
     return (f"{cause[:200]} (at {step[:90]})" if cause else f"a step failed: {step[:200]}")[:300]
 
 
+def _build_service(svc: compose.Service, tag: str, engine: Engine, timeout_s: float, log_path: str) -> str | None:
+    """Builds a sidecar service's image; returns why it failed, or None."""
+    ok, out = engine.build(svc.context, tag, timeout_s, dockerfile=os.path.join(svc.context, svc.dockerfile),
+                           log_path=log_path)
+    if not ok:
+        return f"service {svc.name!r}'s Dockerfile failed: {_reason(out)}"
+    config = engine.image_config(tag)
+    script = uv_run_script(svc.command or (*(config.get("Entrypoint") or ()), *(config.get("Cmd") or ())))
+    if script is None:
+        return None
+    # `uv run x.py` fetches the script's dependencies when the service starts, which an
+    # episode (offline) cannot: they are resolved into the image's uv cache now.
+    with tempfile.TemporaryDirectory(prefix="rlpt_image_build_") as ctx:
+        with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+            f.write(f"FROM {tag}\nRUN cd {shlex.quote(config.get('WorkingDir') or '/')} && "
+                    f"uv sync --script {shlex.quote(script)}\n")
+        ok, out = engine.build(ctx, tag, timeout_s, log_path=log_path + ".warm")
+    if not ok:
+        engine.remove_image(tag)
+        return f"service {svc.name!r}: `uv sync --script {script}` failed: {_reason(out)}"
+    return None
+
+
 def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: float = 1800.0,
           log_dir: str | None = None, progress=None, solution_packages: bool = False) -> Built:
     """Builds (or finds cached) the image of one task folder. With `solution_packages`
@@ -367,8 +394,8 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
     engine = engine or Engine()
     start = time.monotonic()
     tag = tag_for(name, task_path, solution_packages)
-    services = [service_tag(name, task_path, svc.name) for svc in sidecars(task_path) if svc.context is not None]
-    if engine.image_exists(tag) and all(engine.image_exists(t) for t in services):
+    built = {svc: tag for svc, tag in service_images(name, task_path).items() if tag.startswith("localhost/")}
+    if engine.image_exists(tag) and all(engine.image_exists(t) for t in built.values()):
         return Built(name, tag, time.monotonic() - start, cached=True)
     log_dir = log_dir or os.path.join(CACHE_DIR, "logs")
     os.makedirs(log_dir, exist_ok=True)
@@ -378,31 +405,10 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
             if got != image and engine.pull == "never":
                 return Built(name, None, time.monotonic() - start, False, got, None)
         for svc in sidecars(task_path):
-            stag = service_tag(name, task_path, svc.name)
-            if svc.context is None or engine.image_exists(stag):
-                continue
-            ok, out = engine.build(svc.context, stag, timeout_s, dockerfile=os.path.join(svc.context, svc.dockerfile),
-                                   log_path=f"{log_path}.{svc.name}")
-            if not ok:
-                return Built(name, None, time.monotonic() - start, False,
-                             f"service {svc.name!r}'s Dockerfile failed: {_reason(out)}", f"{log_path}.{svc.name}")
-            config = engine.image_config(stag)
-            script = uv_run_script(svc.command or (*(config.get("Entrypoint") or ()), *(config.get("Cmd") or ())))
-            if script is not None:
-                # `uv run x.py` fetches the script's dependencies when the service starts, which an
-                # episode (offline) cannot: they are resolved into the image's uv cache now.
-                ctx = os.path.join(tempfile.mkdtemp(prefix="rlpt_image_build_"), "warm")
-                os.makedirs(ctx)
-                with open(os.path.join(ctx, "Dockerfile"), "w") as f:
-                    f.write(f"FROM {stag}\nRUN cd {shlex.quote(config.get('WorkingDir') or '/')} && "
-                            f"uv sync --script {shlex.quote(script)}\n")
-                ok, out = engine.build(ctx, stag, timeout_s, log_path=f"{log_path}.{svc.name}.warm")
-                shutil.rmtree(os.path.dirname(ctx), ignore_errors=True)
-                if not ok:
-                    engine.remove_image(stag)
-                    return Built(name, None, time.monotonic() - start, False,
-                                 f"service {svc.name!r}: `uv sync --script {script}` failed: {_reason(out)}",
-                                 f"{log_path}.{svc.name}.warm")
+            if svc.name in built and not engine.image_exists(built[svc.name]):
+                why = _build_service(svc, built[svc.name], engine, timeout_s, f"{log_path}.{svc.name}")
+                if why is not None:
+                    return Built(name, None, time.monotonic() - start, False, why, f"{log_path}.{svc.name}")
         env_tag = f"localhost/rlpt-task-env/{name}:{digest(task_path)}"
         env_dir = os.path.join(task_path, "environment")
         with tempfile.TemporaryDirectory(prefix="rlpt_image_build_") as tmp:
