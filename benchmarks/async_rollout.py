@@ -5,7 +5,7 @@ r"""Synchronous vs asynchronous rollout with slow environments: step time and id
         [--config=experiments/grpo_default.py]
 
 Every sandbox job (code and shell domains) gets ``--latency`` seconds of
-injected delay (``env.latency_s``; ``--latency_dist=exponential`` makes it a
+injected delay (``benchmarks/slow_envs.py``; ``--latency_dist=exponential`` makes it a
 long tail with that mean), as a remote or heavy sandbox would add. Each setup
 runs the same config for ``--warmup`` untimed steps and ``--steps`` timed ones. A setup
 is ``K[:S][i]``: ``rollout.staleness=K``; ``:S`` gives the sandbox domains a
@@ -57,6 +57,7 @@ def main(_):
   from environments import registry
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.trainer import Trainer
+  from benchmarks.slow_envs import SlowEnvPool
 
   setups = [(s, *parse_setup(s)) for s in _SETUPS.value]
   rows = []
@@ -71,11 +72,11 @@ def main(_):
       cd.rollout.domain_staleness = (
           {d: sandbox_k for d in cd.domains.ids if "sandbox" in registry.get(d).tags}
           if sandbox_k is not None else {})
-      cd.env.latency_s = _LATENCY.value
-      cd.env.latency_dist = _DIST.value
       cd.env.sandbox_workers = _WORKERS.value
     with tempfile.TemporaryDirectory(prefix="rlpt-async-") as workdir:
-      trainer = Trainer(from_config_dict(TrainConfig, cd), workdir)
+      cfg = from_config_dict(TrainConfig, cd)
+      trainer = Trainer(cfg, workdir, env_pool=SlowEnvPool.from_train(
+          cfg, latency_s=_LATENCY.value, dist=_DIST.value))
       try:
         for _ in range(_WARMUP.value):
           trainer.train_step()

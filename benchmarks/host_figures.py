@@ -1,6 +1,6 @@
 """The trainer's host figures over a run, from its logged train rows
 (benchmarks/soak.py): resident memory per block of steps and its trend, and
-the compiled programs kept and dropped (rlpt.device.PROGRAMS)."""
+the compiled programs kept and dropped (the run's rlpt.device.ProgramPool)."""
 
 import numpy as np
 

@@ -9,7 +9,7 @@ call it collects garbage, hands freed heap back to the system
 (``malloc_trim``) and reads the process's resident memory. Prints the
 increase per first call (a new program) and per second call (no new
 program), and their medians: what a long run's memory grows by with each
-new shape it meets. Then bounds the programs kept (rlpt.device.PROGRAMS,
+new shape it meets. Then bounds the programs kept (the run's ProgramPool,
 ``--keep``) and prints what that hands back. About 2 minutes on 2 CPU cores
 (mostly compilation).
 """
@@ -29,14 +29,14 @@ from absl import app, flags  # noqa: E402
 _ROWS = flags.DEFINE_list("rows", ["128", "64"], "Sampler batch rows (row buckets of the job).")
 _WIDTHS = flags.DEFINE_list("widths", ["16", "32", "48", "64", "96", "128", "192", "256", "258"],
                             "Prompt buffer widths (the job's width ladder).")
-_KEEP = flags.DEFINE_integer("keep", 2, "Programs kept after the measure (PROGRAMS.resize).")
+_KEEP = flags.DEFINE_integer("keep", 2, "Programs kept after the measure (ProgramPool.resize).")
 
 
 def main(_):
   from experiments import grpo_all_domains
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.keys import run_key
-  from rlpt.device import PROGRAMS, resident_mib
+  from rlpt.device import resident_mib
   from rlpt.trainer import Trainer
 
   cd = grpo_all_domains.get_config("")
@@ -50,9 +50,9 @@ def main(_):
     libc.malloc_trim(0)
     return resident_mib()
 
-  PROGRAMS.resize(0)  # keep every program while measuring
   with tempfile.TemporaryDirectory() as work:
-    trainer = Trainer(cfg, work)
+    trainer = Trainer(cfg, work, max_programs=0)  # keep every program while measuring
+    programs = trainer.ctx.programs
     try:
       rollout, tok = trainer.rollout, trainer.tokenizer
       new, again = [], []
@@ -73,15 +73,15 @@ def main(_):
             prev = now
           print(f"rows {rows:4d} width {width:4d}: new program {new[-1]:+7.1f} MiB, "
                 f"same shape again {again[-1]:+6.1f} MiB", flush=True)
-      kept = len(PROGRAMS)
-      PROGRAMS.resize(_KEEP.value)
+      kept = len(programs)
+      programs.resize(_KEEP.value)
       freed = prev - rss()
     finally:
       trainer.close()
   print(f"median over {len(new)} shapes: new program {statistics.median(new):+.1f} MiB "
         f"[{min(new):+.1f} .. {max(new):+.1f}], same shape again "
         f"{statistics.median(again):+.1f} MiB")
-  print(f"bounded from {kept} to {len(PROGRAMS)} programs (rlpt.device.PROGRAMS): "
+  print(f"bounded from {kept} to {len(programs)} programs (the run's ProgramPool): "
         f"{freed:.1f} MiB handed back")
 
 

@@ -13,7 +13,7 @@ Prints first / last / max of each and the verdict counts: every
 infrastructure failure must have been retried away (``infra_errors`` 0 on
 every logged step), and the trainer's own figures from its metrics: resident
 memory per 50 steps and its linear trend after step 50, the compiled programs
-kept (rlpt.device.PROGRAMS) and dropped, the XLA compiles. Writes
+kept (the run's rlpt.device.ProgramPool) and dropped, the XLA compiles. Writes
 WORKDIR/soak.json.
 """
 

@@ -16,10 +16,10 @@ for the episode protocol, `environments.registry` for discovery/filtering, and
 from environments import registry
 from environments.env import TaskEnv
 from environments.spaces import AnyText
-from environments.verdicts import Grade, Task, Verdict
+from environments.verdicts import Grade, Problem, Verdict
 
 from environments import families  # noqa: E402,F401  (registers every domain)
 from environments import datasets  # noqa: E402,F401  (dataset-file domains; registers the built-in ones)
 from environments import terminal_tasks  # noqa: E402,F401  (Terminal-Bench-layout task folders; registers the shipped ones)
 
-__all__ = ["AnyText", "Grade", "Task", "TaskEnv", "Verdict", "registry"]
+__all__ = ["AnyText", "Grade", "Problem", "TaskEnv", "Verdict", "registry"]

@@ -25,7 +25,7 @@ import re
 import numpy as np
 
 from environments import registry
-from environments.verdicts import Grade, Task, ToolReply
+from environments.verdicts import Grade, Problem, ToolReply
 
 PROBES = 64            # draws that check a bound leaves enough of a domain's tasks
 MIN_SHARE = 1 / 8      # ... at least this share of them
@@ -42,10 +42,10 @@ class BoundedDomain(registry.Domain):
                  max_demo_chars: int | None = None):
         self.spec, self.base, self.max_demo_chars = spec, base, max_demo_chars
 
-    def _fits(self, task: Task | None) -> bool:
+    def _fits(self, task: Problem | None) -> bool:
         return task is not None and fits(task, self.spec.max_prompt_chars, self.max_demo_chars)
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         for _ in range(MAX_REDRAWS):
             task = self.base.sample(rng)
             if self._fits(task):
@@ -53,7 +53,7 @@ class BoundedDomain(registry.Domain):
         raise RuntimeError(f"{self.spec.id}: no prompt of at most {self.spec.max_prompt_chars} "
                            f"characters in {MAX_REDRAWS} draws")
 
-    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task | None:
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Problem | None:
         task = self.base.sample_in_split(rng, split)
         if task is None:
             return None  # the base splits by content hash: `splits.draw` redraws `sample`
@@ -64,11 +64,11 @@ class BoundedDomain(registry.Domain):
         raise RuntimeError(f"{self.spec.id}: no {split!r} prompt of at most "
                            f"{self.spec.max_prompt_chars} characters in {MAX_REDRAWS} draws")
 
-    def grade(self, task: Task, answer: str) -> Grade | ToolReply:
+    def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
         return self.base.grade(task, answer)
 
 
-def fits(task: Task, max_prompt_chars: int, max_demo_chars: int | None = None) -> bool:
+def fits(task: Problem, max_prompt_chars: int, max_demo_chars: int | None = None) -> bool:
     # Counted in UTF-8 bytes: never fewer than the characters, and what a byte
     # tokenizer's context must hold (a non-ASCII prompt has more bytes than characters).
     return (_utf8_len(task.prompt) <= max_prompt_chars
@@ -96,7 +96,7 @@ def bounded_id(domain_id: str, max_prompt_chars: int, max_demo_chars: int | None
 
 
 def probe(domain: registry.Domain, max_prompt_chars: int, max_demo_chars: int | None = None,
-          probes: int = PROBES) -> tuple[int, list[Task]]:
+          probes: int = PROBES) -> tuple[int, list[Problem]]:
     """(how many fit, the tasks drawn) of up to `probes` tasks drawn with a
     fixed rng, stopping once the verdict is settled: at MIN_SHARE * probes
     tasks that fit (the bound is kept), or when too few draws are left to

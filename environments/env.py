@@ -53,7 +53,7 @@ import gymnasium
 from environments import registry, splits
 from environments.sandbox.worker import valid_text as _valid_text
 from environments.spaces import AnyText
-from environments.verdicts import Grade, Task, ToolReply, Verdict, malformed, verifier_error
+from environments.verdicts import Grade, Problem, ToolReply, Verdict, malformed, verifier_error
 
 # Feedback text is cut to this many characters before it reaches the model.
 FEEDBACK_MAX_CHARS = 256
@@ -129,7 +129,7 @@ class TaskEnv(gymnasium.Env[str, str]):
             obs_chars = max(obs_chars, FEEDBACK_MAX_CHARS + 32 + self.domain_spec.max_prompt_chars)
         self.observation_space = AnyText(obs_chars)
         self.action_space = AnyText(self.domain_spec.max_answer_chars)
-        self._task: Task | None = None
+        self._task: Problem | None = None
         self._attempt = 0
         self._turn = 0
         self._tool_calls = 0
@@ -137,7 +137,7 @@ class TaskEnv(gymnasium.Env[str, str]):
         self._done = False
 
     @property
-    def task(self) -> Task | None:
+    def task(self) -> Problem | None:
         """The current task (hidden grading data included); None before reset."""
         return self._task
 

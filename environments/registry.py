@@ -17,7 +17,7 @@ import re
 import gymnasium
 import numpy as np
 
-from environments.verdicts import Grade, Task, ToolReply
+from environments.verdicts import Grade, Problem, ToolReply
 
 DIFFICULTIES = ("easy", "medium", "hard")
 _ID_RE = re.compile(r"^rlpt/(?P<family>[a-z0-9]+)-[a-z0-9-]+-v\d+$")
@@ -71,17 +71,17 @@ class Domain(abc.ABC):
     spec: DomainSpec
 
     @abc.abstractmethod
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         """Draws one task. Must use only `rng` for randomness (reset determinism)."""
 
     @abc.abstractmethod
-    def grade(self, task: Task, answer: str) -> Grade | ToolReply:
+    def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
         """Grades `answer`, which the env has already stripped of surrounding
         whitespace, checked to be valid UTF-8 text and at most
         `spec.max_answer_chars` long. Only domains whose spec sets `max_turns`
         may return a `ToolReply` (a non-scored turn, e.g. a tool's result)."""
 
-    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task | None:
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Problem | None:
         """Optional: draws a task of `split` ("train"/"eval") directly, using only
         `rng`. Domains over a fixed task list with their own split assignment
         (e.g. dataset files, `environments.datasets`) override it. The default,

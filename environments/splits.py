@@ -16,7 +16,7 @@ import hashlib
 import numpy as np
 
 from environments.registry import Domain
-from environments.verdicts import Task
+from environments.verdicts import Problem
 
 SPLITS = ("train", "eval")
 EVAL_MODULUS = 10
@@ -44,7 +44,7 @@ def check_split(split: str) -> str:
     return split
 
 
-def draw(domain: Domain, rng: np.random.Generator, split: str) -> Task:
+def draw(domain: Domain, rng: np.random.Generator, split: str) -> Problem:
     """A task of `split`: the domain's own `sample_in_split` if it has one, else
     tasks drawn from `domain` with `rng` until one falls in `split`."""
     check_split(split)

@@ -57,7 +57,7 @@ from environments.containers import images
 from environments.registry import Domain, DomainSpec
 from environments.task_folders import (MAX_TIMEOUT_S, TaskFolder, TaskFolderError,  # noqa: F401  (re-exported)
                                      load_task_folder)
-from environments.verdicts import Grade, Task, ToolReply, Verdict, failed, passed, verifier_error
+from environments.verdicts import Grade, Problem, ToolReply, Verdict, failed, passed, verifier_error
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,8 @@ class TerminalTaskDomain(Domain):
             max_turns=task.max_turns,
         )
 
-    def sample(self, rng: np.random.Generator) -> Task:
-        return Task(
+    def sample(self, rng: np.random.Generator) -> Problem:
+        return Problem(
             key=f"tbench:{self.folder.name}:" + "\n".join(step.instruction for step in self.folder.steps),
             prompt=self._prompts[0],
             demonstration=self._turns[-1],
@@ -182,7 +182,7 @@ class TerminalTaskDomain(Domain):
             demonstration_turns=self._turns,
         )
 
-    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task:
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Problem:
         if splits.check_split(split) not in self.splits:
             raise ValueError(f"{self.spec.id} offers only the {self.splits[0]!r} split, not {split!r}")
         return self.sample(rng)
@@ -293,7 +293,7 @@ class TerminalTaskDomain(Domain):
               user: str | None = None) -> engine_mod.Exec:
         return self.engine.exec(episode.container, script, timeout_s, env=env, workdir=episode.workdir, user=user)
 
-    def grade(self, task: Task, answer: str) -> Grade | ToolReply:
+    def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
         episode: _Episode = task.hidden
         episode.turns += 1
         step = self.folder.steps[episode.step]
@@ -506,7 +506,7 @@ def needs_network(output: str) -> str | None:
     return None
 
 
-def do_nothing(domain: TerminalTaskDomain, task: Task) -> Grade:
+def do_nothing(domain: TerminalTaskDomain, task: Problem) -> Grade:
     """The grade of an episode whose every turn is a bare DONE (each step ended at once)."""
     while not isinstance(result := domain.grade(task, DONE), Grade):
         pass

@@ -94,7 +94,7 @@ class ToolReply:
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class Problem:
     """One problem instance.
 
     key: canonical content of the problem; train/eval splits are assigned by

@@ -24,7 +24,7 @@ COMPILATION_CACHE = flags.DEFINE_string(
 
 
 MAX_PROGRAMS = flags.DEFINE_integer(
-    "max_programs", None, "Compiled programs kept in memory (rlpt.device.PROGRAMS: sampler, "
+    "max_programs", None, "Compiled programs the run keeps in memory (its ProgramPool: sampler, "
     "reference pass and update, one per shape); past it the least recently used is dropped and, "
     "met again, loaded from --compilation_cache. 0: no bound. Default: "
     "rlpt.device.MAX_PROGRAMS.", lower_bound=0)
@@ -168,11 +168,10 @@ def use_compilation_cache() -> None:
     usage_error(f"--compilation_cache={COMPILATION_CACHE.value}: {e.strerror or e}")
 
 
-def bound_programs() -> None:
-  """Applies --max_programs (when given) to rlpt.device.PROGRAMS."""
-  if MAX_PROGRAMS.value is not None:
-    from rlpt.device import PROGRAMS
-    PROGRAMS.resize(MAX_PROGRAMS.value)
+def max_programs() -> int:
+  """--max_programs, else the run's default bound (rlpt.device.MAX_PROGRAMS)."""
+  from rlpt.device import MAX_PROGRAMS as default
+  return default if MAX_PROGRAMS.value is None else MAX_PROGRAMS.value
 
 
 def typed_config(cls, config_dict):

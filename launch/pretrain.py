@@ -20,13 +20,12 @@ def main(argv):
   common.quiet_libraries()
   common.pin_cpu_threads()
   common.use_compilation_cache()
-  common.bound_programs()
   from rlpt.config import PretrainConfig
   from rlpt.pretrain import pretrain
   cfg = common.typed_config(PretrainConfig, _CONFIG.value)
   common.check_domains(cfg)
   common.check_workdir(_WORKDIR.value)
-  print(f"Saved {pretrain(cfg, _WORKDIR.value)}")
+  print(f"Saved {pretrain(cfg, _WORKDIR.value, max_programs=common.max_programs())}")
 
 
 if __name__ == "__main__":

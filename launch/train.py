@@ -69,7 +69,6 @@ def main(argv):
     common.usage_error(f"--cpu_devices={_CPU_DEVICES.value}: {e}")
   common.pin_cpu_threads()
   common.use_compilation_cache()
-  common.bound_programs()
   ray_started = False
   if cfg.env.backend == "ray":  # before JAX's threads exist: Ray starts its processes by fork + exec
     from rlpt.rollout.ray_backend import start_ray
@@ -83,7 +82,7 @@ def main(argv):
           f"{jax.process_count()} process(es)"
           + (f", {threads} XLA CPU threads" if threads else ""), flush=True)
   try:
-    result = train(cfg, _WORKDIR.value)
+    result = train(cfg, _WORKDIR.value, max_programs=common.max_programs())
   finally:
     if ray_started:
       import ray

@@ -1,6 +1,6 @@
 """The models of a run and their RL update: `Actor`.
 
-    actor = Actor(base, mesh, sharding_cfg, UpdateConfig.from_train(cfg), optim=cfg.optim, ...)
+    actor = Actor(base, ctx, ActorConfig.from_train(cfg, tokenizer.pad_id))
     metrics = actor.update(batch, step)          # a graded RolloutBatch -> one RL update
     rollout.publish(step, actor.sampling_weights())
 
@@ -27,11 +27,9 @@ import time
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh
 
 from rlpt.checkpoint import save_model
-from rlpt.config import LoraSection, OptimConfig, ShardingConfig
-from rlpt.keys import run_key
+from rlpt.config import OptimConfig
 from rlpt.models import ValueModel
 from rlpt.models.hf import save_hf_checkpoint
 from rlpt.models.lora import init_lora, merge_lora, save_adapters
@@ -41,12 +39,11 @@ from rlpt.rl import (AdvantageInputs, compute_advantages,
                      overlong_filter_BxT, sequence_kl_B, soft_overlong_penalty_B, truncated_B,
                      truncated_is_weights)
 from rlpt.rollout.batch import RolloutBatch
-from rlpt.rollout.pipeline import BusyClock
-from rlpt.device import (batch_multiple, batch_sharding, host_to_global, is_primary, jit_step,
-                          make_reshard, place_params, place_train_state, pooled_jit, replicated,
-                          to_device, to_host, with_rules)
+from rlpt.device import (RunContext, batch_multiple, batch_sharding, host_to_global, is_primary,
+                         jit_step, make_reshard, place_params, place_train_state, replicated,
+                         to_device, to_host, with_rules)
 from rlpt.sharding import state_shardings
-from rlpt.update import Base, UpdateConfig, UpdatePlan, minibatch, plan_update
+from rlpt.update import ActorConfig, Base, UpdatePlan, minibatch, plan_update
 from rlpt.steps import (LossCounts, RLBatch, SharedPrefix, ValueBatch, find_shared_prefix,
                         lora_rl_train_step, make_optimizer, rl_train_step, sequence_logprobs,
                         sequence_values, value_train_step)
@@ -62,89 +59,88 @@ class Actor:
   frozen part); ``value_state``: the critic's train state or None.
   """
 
-  def __init__(self, base: Base, mesh: Mesh, sharding: ShardingConfig, update: UpdateConfig, *,
-               optim: OptimConfig, lora: LoraSection, value_optim: OptimConfig | None,
-               steps: int, sample_copy: bool, busy: BusyClock | None = None):
-    """``value_optim``: the critic's optimizer (None: no critic). ``sample_copy``:
-    the sampler's weights must not alias the training copy (an asynchronous
-    producer keeps sampling with them while the update donates it)."""
-    self.cfg, self.mesh = update, mesh
+  def __init__(self, base: Base, ctx: RunContext, cfg: ActorConfig):
+    update = cfg.update
+    self.cfg, self.ctx, self.mesh = update, ctx, ctx.mesh
     self.model_cfg, self.graphdef = base.model_cfg, base.graphdef
-    self.busy = busy or BusyClock()
-    self.rules, self.sample_rules = sharding.train_rules, sharding.sample_rules
-    params = base.params
-    self.optimizer = make_optimizer(optim, steps)
+    self.rules, self.sample_rules = ctx.train_rules, ctx.sample_rules
+    mesh, params = ctx.mesh, base.params
+    self.optimizer = make_optimizer(cfg.optim, cfg.steps)
     # The reference is a frozen copy of the base: same layout, no optimizer
     # state; with reference_memory="pinned_host" it waits in host memory.
     self.ref_sh = state_shardings(params, mesh, self.rules)
-    self.ref_on_host = sharding.reference_memory == "pinned_host"
+    self.ref_on_host = cfg.reference_memory == "pinned_host"
     self.ref_params = place_params(params, mesh, self.rules,
                                    "pinned_host" if self.ref_on_host else None)
     # With LoRA the trainable state is the adapters; the base stays frozen and
     # doubles as the reference.
-    self.lora_cfg = lora.lora_config() if lora.rank else None
+    self.lora_cfg = cfg.lora.lora_config() if cfg.lora.rank else None
     trainable = (params if self.lora_cfg is None else
-                 init_lora(params, self.lora_cfg, run_key(update.seed, "lora_init")))
-    self.state, state_sh = place_train_state(trainable, self.optimizer, mesh, self.rules)
+                 init_lora(params, self.lora_cfg, ctx.key("lora_init")))
+    self.state, self._state_sh = place_train_state(trainable, self.optimizer, mesh, self.rules)
     self.sample_shardings = state_shardings(params, mesh, self.sample_rules)
-    self._to_sample_layout = make_reshard(self.ref_sh, self.sample_shardings, copy=sample_copy)
-    bs2 = batch_sharding(mesh, self.rules, 2)
-    rep = replicated(mesh)
-    self._bs2, self._rep = bs2, rep
-    self._counts_sh = LossCounts(rep, rep)
-    loss_cfg, sampling = update.loss, update.sampling
+    self._to_sample_layout = make_reshard(self.ref_sh, self.sample_shardings,
+                                          copy=cfg.sample_copy)
+    self._bs2, self._rep = batch_sharding(mesh, self.rules, 2), replicated(mesh)
+    self._counts_sh = LossCounts(self._rep, self._rep)
     # Packed rows (rlpt.packing) where the loss and the model allow them.
-    self.packs = (update.rl.pack_sequences and is_per_token(loss_cfg)
+    self.packs = (update.rl.pack_sequences and is_per_token(update.loss)
                   and self.model_cfg.full_dense_attention)
     self._row_multiple = batch_multiple(mesh, self.rules)
-
-    # One compiled update and scoring pass per shared-prefix length (bucketed)
-    # and layout (packed or not); jit compiles once per shape within each.
-    @functools.cache
-    def train_step_for(shared: SharedPrefix | None, packed: bool = False):
-      batch_sh = self.batch_shardings(packed)
-      if self.lora_cfg is None:
-        return jit_step(rl_train_step, state_sh, (batch_sh, self._counts_sh, rep), mesh,
-                        rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
-                        loss_cfg=loss_cfg, sampling=sampling, shared=shared)
-      lora_step = jit_step(lora_rl_train_step, state_sh,
-                           (self.ref_sh, batch_sh, self._counts_sh, rep), mesh,
-                           rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
-                           loss_cfg=loss_cfg, sampling=sampling, lora_cfg=self.lora_cfg,
-                           shared=shared)
-      return lambda state, *rest: lora_step(state, self.ref_params, *rest)
-
-    @functools.cache
-    def logprobs_for(shared: SharedPrefix | None, packed: bool = False):
-      def logprobs(params, tokens, segments):
-        return sequence_logprobs(self.graphdef, params, tokens, sampling, shared, segments)
-      return pooled_jit(with_rules(logprobs, mesh, self.rules),
-                        in_shardings=(self.ref_sh, bs2, bs2 if packed else None),
-                        out_shardings=bs2)
-
-    self._train_step_for, self._logprobs_for = train_step_for, logprobs_for
+    self._train_step_for = functools.cache(self._make_train_step)
+    self._logprobs_for = functools.cache(self._make_logprobs)
     rl = update.rl
     self.kl_ctl = make_kl_controller(
         rl.kl_controller, rl.kl_beta,
         **({"target": rl.kl_target, "horizon": rl.kl_horizon}
            if rl.kl_controller == "adaptive" else {}))
     self.value_state = None
-    if value_optim is not None:
-      # The critic's trunk starts from the base policy's decoder, its head at 0.
-      vgraph, vparams = nnx.split(ValueModel(self.model_cfg,
-                                                nnx.Rngs(run_key(update.seed, "value_init"))))
-      vparams["decoder"] = params["decoder"]
-      self.value_optimizer = make_optimizer(value_optim, steps)
-      self.value_state, vstate_sh = place_train_state(vparams, self.value_optimizer, mesh,
-                                                      self.rules)
-      self._value_batch_sh = ValueBatch(bs2, bs2, bs2, bs2)
-      self._value_step = jit_step(value_train_step, vstate_sh,
-                                  (self._value_batch_sh, self._counts_sh), mesh,
-                                  rules=self.rules, graphdef=vgraph, optimizer=self.value_optimizer,
-                                  value_cfg=update.value_loss)
-      self._values = pooled_jit(with_rules(functools.partial(sequence_values, vgraph), mesh,
-                                           self.rules),
-                                in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
+    if cfg.value_optim is not None:
+      self._init_critic(params, cfg.value_optim, cfg.steps)
+
+  def _init_critic(self, params: nnx.State, optim: OptimConfig, steps: int) -> None:
+    """The critic: its trunk starts from the base policy's decoder, its head at 0."""
+    ctx, bs2 = self.ctx, self._bs2
+    vgraph, vparams = nnx.split(ValueModel(self.model_cfg, nnx.Rngs(ctx.key("value_init"))))
+    vparams["decoder"] = params["decoder"]
+    self.value_optimizer = make_optimizer(optim, steps)
+    self.value_state, vstate_sh = place_train_state(vparams, self.value_optimizer, ctx.mesh,
+                                                    self.rules)
+    self._value_batch_sh = ValueBatch(bs2, bs2, bs2, bs2)
+    self._value_step = jit_step(ctx.programs, value_train_step, vstate_sh,
+                                (self._value_batch_sh, self._counts_sh), ctx.mesh,
+                                rules=self.rules, graphdef=vgraph, optimizer=self.value_optimizer,
+                                value_cfg=self.cfg.value_loss)
+    self._values = ctx.programs.jit(
+        with_rules(functools.partial(sequence_values, vgraph), ctx.mesh, self.rules),
+        in_shardings=(vstate_sh.params, bs2), out_shardings=bs2)
+
+  # --------------------------------------------------------------------------
+  # The compiled passes: one update and one scoring pass per shared-prefix
+  # length (bucketed) and layout (packed or not); jit compiles once per shape
+  # within each.
+
+  def _make_train_step(self, shared: SharedPrefix | None, packed: bool = False):
+    u, ctx, rep = self.cfg, self.ctx, self._rep
+    batch_sh = self.batch_shardings(packed)
+    common = dict(rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
+                  loss_cfg=u.loss, sampling=u.sampling, shared=shared)
+    if self.lora_cfg is None:
+      return jit_step(ctx.programs, rl_train_step, self._state_sh,
+                      (batch_sh, self._counts_sh, rep), ctx.mesh, **common)
+    lora_step = jit_step(ctx.programs, lora_rl_train_step, self._state_sh,
+                         (self.ref_sh, batch_sh, self._counts_sh, rep), ctx.mesh,
+                         lora_cfg=self.lora_cfg, **common)
+    return lambda state, *rest: lora_step(state, self.ref_params, *rest)
+
+  def _make_logprobs(self, shared: SharedPrefix | None, packed: bool = False):
+    graphdef, sampling, bs2 = self.graphdef, self.cfg.sampling, self._bs2
+
+    def logprobs(params, tokens, segments):
+      return sequence_logprobs(graphdef, params, tokens, sampling, shared, segments)
+    return self.ctx.programs.jit(with_rules(logprobs, self.mesh, self.rules),
+                                 in_shardings=(self.ref_sh, bs2, bs2 if packed else None),
+                                 out_shardings=bs2)
 
   # --------------------------------------------------------------------------
   # The models.
@@ -194,7 +190,7 @@ class Actor:
     g_counts = host_to_global(counts, self._counts_sh)
     g_kl_coef = host_to_global(np.float32(kl_coef), self._rep)
     packed = batch.segments is not None
-    with self.busy.busy():
+    with self.ctx.busy.busy():
       self.state, m = self._train_step_for(shared, packed)(
           self.state, host_to_global(batch, self.batch_shardings(packed)), g_counts, g_kl_coef)
       if value_batch is not None:
@@ -282,14 +278,14 @@ class Actor:
       # Behaviour log-probs from the policy itself; the sampler's (int8)
       # log-probs only enter through the truncated importance weights.
       sampler_logp = batch.old_logp
-      with self.busy.busy():
+      with self.ctx.busy.busy():
         batch = batch.replace(old_logp=unpack(to_host(
             logprobs(self.policy_params(), tokens, segments))))
       is_weight, is_metrics = to_host(truncated_is_weights(
           batch.old_logp, sampler_logp, batch.loss_mask, u.rl.tis_cap))
       out.update({f"rollout/{k}": float(v) for k, v in is_metrics.items()})
     ref = self.reference_params()
-    with self.busy.busy():
+    with self.ctx.busy.busy():
       ref_logp = unpack(to_host(logprobs(ref, tokens, segments)))
       del ref
       values = None
@@ -336,7 +332,7 @@ class Actor:
         step_metrics.append(self.train_on(
             mini, counts, kl_coef, plan.shared,
             None if vbatch is None else vbatch._replace(**{f: getattr(vbatch, f)[idx] for f in vbatch._fields})))
-    with self.busy.busy():
+    with self.ctx.busy.busy():
       step_metrics = to_host(step_metrics)  # the metrics leave the device once per step
     sums: dict[str, float] = collections.defaultdict(float)
     for m in step_metrics:

@@ -1,7 +1,7 @@
 """Held-out evaluation: a fixed task set, its own random keys, per-domain success.
 
     evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed, batch_size=128,
-                          greedy=greedy_params, sampled=rollout_params, tokenizer=tok)
+                          modes=(greedy_params, rollout_params), tokenizer=tok)
     if evaluator.due(step, last_step):
       metrics = evaluator.run(play, step, evaluator.domains_at(step, last_step))
 
@@ -37,9 +37,10 @@ class Evaluator:
   measured on the same tasks)."""
 
   def __init__(self, cfg: EvalConfig, domains: Sequence[str], seed: int, *, batch_size: int,
-               greedy: SamplingParams, sampled: SamplingParams, tokenizer):
+               modes: tuple[SamplingParams, SamplingParams], tokenizer):
+    """``modes``: (the evaluation's sampling, the rollout's: ``eval.sampled``'s pass@1)."""
     self.cfg, self.domains, self.seed = cfg, tuple(domains), seed
-    self.batch_size, self.greedy, self.sampled = batch_size, greedy, sampled
+    self.batch_size, (self.greedy, self.sampled) = batch_size, modes
     self.tokenizer = tokenizer
     self.tasks = eval_tasks(self.domains, cfg.tasks_per_domain, seed=cfg.seed)
 

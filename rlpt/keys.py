@@ -41,6 +41,7 @@ PURPOSES = {
     "value_init": 6,
     "answers": 7,
     "minibatch_order": 8,
+    "draft_tasks": 9,
 }
 
 # Saved in checkpoints: what the run's keys are a function of.

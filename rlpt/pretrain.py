@@ -20,14 +20,14 @@ import numpy as np
 from flax import nnx
 
 from rlpt.checkpoint import load_model, save_model
-from rlpt.config import PretrainConfig, from_config_dict, to_json
+from rlpt.config import EnvConfig, PretrainConfig, from_config_dict, to_json
 from rlpt.data import TaskSampler
 from rlpt.metrics import MetricsWriter, progress_bar
 from rlpt.models import Transformer
 from rlpt.models.hf import load_hf_checkpoint
 from rlpt.rollout import EnvPool
 from rlpt.rollout.batch import bucket_length
-from rlpt.device import batch_sharding, jit_step, place_train_state
+from rlpt.device import MAX_PROGRAMS, ProgramPool, batch_sharding, jit_step, place_train_state
 from rlpt.sharding import DEFAULT_RULES, make_mesh
 from rlpt.steps import make_optimizer, sft_train_step
 from rlpt.tokenizers import ByteTokenizer
@@ -85,8 +85,10 @@ def demonstration_batch(pool: EnvPool, tasks, tokenizer, max_len: int, bucket: i
   return tokens, mask
 
 
-def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
-  """Trains a base model and saves it to ``workdir/model``. Returns that path."""
+def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
+             max_programs: int = MAX_PROGRAMS) -> str:
+  """Trains a base model and saves it to ``workdir/model``. Returns that path.
+  ``max_programs``: the bound of its compiled programs (`ProgramPool`)."""
   tokenizer = ByteTokenizer()
   if cfg.model.vocab_size < tokenizer.vocab_size:
     raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the byte "
@@ -97,10 +99,10 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True) -> str:
   graphdef, params = nnx.split(model)
   optimizer = make_optimizer(cfg.optim, cfg.steps)
   state, state_sh = place_train_state(params, optimizer, mesh, rules)
-  step_fn = jit_step(sft_train_step, state_sh,
+  step_fn = jit_step(ProgramPool(max_programs), sft_train_step, state_sh,
                      (batch_sharding(mesh, rules, 2), batch_sharding(mesh, rules, 2)), mesh,
                      graphdef=graphdef, optimizer=optimizer)
-  pool = EnvPool(cfg.domains.ids, workers=2, files=cfg.domains.files)
+  pool = EnvPool(cfg.domains.ids, EnvConfig(workers=2), files=cfg.domains.files)
   sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=cfg.seed)
   noise_rng = np.random.default_rng(cfg.seed + 7)
   writer = MetricsWriter(workdir)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 
 from rlpt.actor import Actor
-from rlpt.update import Base, UpdateConfig
+from rlpt.update import ActorConfig, Base
 from rlpt.checkpoint import (RunCheckpointer, abstract_like, check_resume, jsonable,
                              model_fingerprint)
 from rlpt.config import TrainConfig, to_json
@@ -37,9 +37,10 @@ from rlpt.metrics import RunLog, progress_bar
 from rlpt.pretrain import resolve_base, resolve_tokenizer
 from rlpt.rollout.async_source import make_rollout_source
 from rlpt.rollout.domains import check_domains
-from rlpt.rollout.pipeline import BusyClock
-from rlpt.device import check_batch, count_compiles, host_metrics, is_primary
-from rlpt.sampling import SamplingParams
+from rlpt.rollout.pool_api import EnvironmentPool
+from rlpt.rollout.sections import SampledModel, SourceConfig
+from rlpt.device import (MAX_PROGRAMS, ProgramPool, RunContext, check_batch, host_metrics,
+                         is_primary)
 from rlpt.sharding import make_mesh
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,12 @@ log = logging.getLogger(__name__)
 class Trainer:
   """One run: its actor, rollout source, evaluator, checkpoints and metrics."""
 
-  def __init__(self, cfg: TrainConfig, workdir: str):
+  def __init__(self, cfg: TrainConfig, workdir: str, *, max_programs: int = MAX_PROGRAMS,
+               env_pool: EnvironmentPool | None = None):
+    """``max_programs``: the bound of the run's compiled programs (`ProgramPool`);
+    ``env_pool``: the environments to play in (default: from ``cfg.env``;
+    the trainer closes it)."""
     self.cfg, self.workdir = cfg, workdir
-    count_compiles()  # host/compiles in every step's metrics
     ro = cfg.rollout
     check_domains(cfg.domains, ro.max_prompt_len)  # before anything is written or compiled
     if is_primary():
@@ -58,34 +62,32 @@ class Trainer:
       with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(to_json(cfg))
     self.tokenizer = resolve_tokenizer(cfg.base)
-    self.mesh = make_mesh(cfg.mesh.as_dict())
     # Two layouts from the config's rules: training (FSDP + tensor) for the
     # update and the reference pass, sampling (tensor only) for the sampler.
-    train_rules, sample_rules = cfg.sharding.train_rules, cfg.sharding.sample_rules
-    check_batch(ro.batch_size, self.mesh, train_rules, "rollout.batch_size")
-    check_batch(ro.batch_size // cfg.rl.minibatches, self.mesh, train_rules,
+    self.ctx = ctx = RunContext(make_mesh(cfg.mesh.as_dict()), cfg.sharding.train_rules,
+                                cfg.sharding.sample_rules, cfg.seed, self.tokenizer,
+                                ProgramPool(max_programs))
+    self.mesh = ctx.mesh
+    check_batch(ro.batch_size, ctx.mesh, ctx.train_rules, "rollout.batch_size")
+    check_batch(ro.batch_size // cfg.rl.minibatches, ctx.mesh, ctx.train_rules,
                 "rollout.batch_size / rl.minibatches")
-    check_batch(ro.batch_size, self.mesh, sample_rules, "rollout.batch_size")
-    model_cfg, graphdef, params, self.base_path = resolve_base(
-        cfg.base, cfg.progress, mesh=self.mesh, rules=train_rules)
-    if model_cfg.vocab_size < self.tokenizer.vocab_size:
-      raise ValueError(f"base model vocab {model_cfg.vocab_size} < tokenizer vocab "
-                       f"{self.tokenizer.vocab_size}.")
-    self.busy = BusyClock()
-    self.actor = Actor(Base(model_cfg, graphdef, params), self.mesh, cfg.sharding,
-                       UpdateConfig.from_train(cfg, self.tokenizer.pad_id), optim=cfg.optim,
-                       lora=cfg.lora, value_optim=cfg.value.optim if cfg.uses_value_model else None,
-                       steps=cfg.steps, sample_copy=ro.max_staleness > 0, busy=self.busy)
-    sampling = SamplingParams(ro.temperature, ro.top_k, ro.top_p)
-    greedy = SamplingParams(cfg.eval.temperature, ro.top_k, ro.top_p)
-    self.rollout = make_rollout_source(
-        ro, cfg.rl, cfg.speculative, cfg.env, cfg.domains, cfg.curriculum, seed=cfg.seed,
-        steps=cfg.steps, graphdef=graphdef, model_cfg=model_cfg, tokenizer=self.tokenizer,
-        mesh=self.mesh, sample_rules=sample_rules, sample_shardings=self.actor.sample_shardings,
-        modes=(sampling, greedy), busy=self.busy, policy=self.actor.policy_params)
-    self.rollout.set_weights(self.actor.sampling_weights())
+    check_batch(ro.batch_size, ctx.mesh, ctx.sample_rules, "rollout.batch_size")
+    with ctx.programs.counting():
+      model_cfg, graphdef, params, self.base_path = resolve_base(
+          cfg.base, cfg.progress, mesh=ctx.mesh, rules=ctx.train_rules)
+      if model_cfg.vocab_size < self.tokenizer.vocab_size:
+        raise ValueError(f"base model vocab {model_cfg.vocab_size} < tokenizer vocab "
+                         f"{self.tokenizer.vocab_size}.")
+      self.actor = Actor(Base(model_cfg, graphdef, params), ctx,
+                         ActorConfig.from_train(cfg, self.tokenizer.pad_id))
+      source_cfg = SourceConfig.from_train(cfg)
+      self.rollout = make_rollout_source(
+          source_cfg, ctx, SampledModel(model_cfg, graphdef, self.actor.sample_shardings),
+          self.actor.policy_params, env_pool)
+      self.rollout.set_weights(self.actor.sampling_weights())
+    sampling, greedy = source_cfg.modes
     self.evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed, batch_size=ro.batch_size,
-                               greedy=greedy, sampled=sampling, tokenizer=self.tokenizer)
+                               modes=(greedy, sampling), tokenizer=self.tokenizer)
     self.step, self._window_start = 0, None  # the window of the idle-fraction measure
     self.log = RunLog(workdir, cfg.domains.ids, is_primary())
     # The reference is saved as a pointer (path + fingerprint), not weights.
@@ -103,17 +105,18 @@ class Trainer:
     start = time.perf_counter()
     window_start = self._window_start or start
     step = self.step + 1
-    batch, rollout_metrics = self.rollout.next_batch(step)
-    metrics = self.actor.update(batch, step)
-    self.log.log_tasks(step, batch.records, self.cfg.rollout.group_size)
-    t = time.perf_counter()
-    metrics |= self.rollout.publish(step, self.actor.sampling_weights())
+    with self.ctx.programs.counting():  # the run's eager compiles count as its own
+      batch, rollout_metrics = self.rollout.next_batch(step)
+      metrics = self.actor.update(batch, step)
+      self.log.log_tasks(step, batch.records, self.cfg.rollout.group_size)
+      t = time.perf_counter()
+      metrics |= self.rollout.publish(step, self.actor.sampling_weights())
     self.step, end = step, time.perf_counter()
     metrics["time/publish"] = end - t
     metrics |= rollout_metrics
     metrics["time/step"] = end - start
-    metrics["accelerator/idle_fraction"] = self.busy.idle_fraction(window_start, end)
-    metrics |= host_metrics()
+    metrics["accelerator/idle_fraction"] = self.ctx.busy.idle_fraction(window_start, end)
+    metrics |= host_metrics(self.ctx.programs)
     self._window_start = end
     return metrics
 
@@ -248,8 +251,9 @@ class Trainer:
     self.log.close()
 
 
-def train(cfg: TrainConfig, workdir: str) -> dict:
-  trainer = Trainer(cfg, workdir)
+def train(cfg: TrainConfig, workdir: str, max_programs: int = MAX_PROGRAMS) -> dict:
+  """Runs ``cfg`` in ``workdir`` (`Trainer.run`); ``max_programs``: as `Trainer`."""
+  trainer = Trainer(cfg, workdir, max_programs=max_programs)
   try:
     return trainer.run()
   finally:

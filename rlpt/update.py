@@ -1,5 +1,6 @@
 """The host side of an RL update: what it reads of the run's config
-(`UpdateConfig`), and how a graded batch is laid out and split.
+(`UpdateConfig`, within the actor's `ActorConfig`), and how a graded batch is
+laid out and split.
 
 ``plan_update`` decides, before any device pass, how the batch's rows pack
 (or which prompt prefix its groups share), and the row order of every epoch's
@@ -17,7 +18,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 from flax import nnx
 
-from rlpt.config import RLConfig, TrainConfig
+from rlpt.config import LoraSection, OptimConfig, RLConfig, TrainConfig
 from rlpt.keys import numpy_rng
 from rlpt.models import ModelConfig
 from rlpt.packing import Packing
@@ -54,6 +55,32 @@ class UpdateConfig:
                SamplingParams(ro.temperature, ro.top_k, ro.top_p), ro.group_size, ro.batch_size,
                ro.max_new_tokens, cfg.recomputes_old_logp and not cfg.tis_in_step, cfg.seed,
                pad_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+  """What the actor reads of a run's config (`from_train` builds it).
+
+  ``value_optim``: the critic's optimizer (None: no critic). ``steps``: the
+  run's updates (the optimizers' schedules). ``sample_copy``: the sampler's
+  weights must not alias the training copy (an asynchronous producer keeps
+  sampling with them while the update donates it). ``reference_memory``:
+  where the frozen reference waits ("device" or "pinned_host").
+  """
+
+  update: UpdateConfig
+  optim: OptimConfig
+  lora: LoraSection
+  value_optim: OptimConfig | None
+  steps: int
+  sample_copy: bool = False
+  reference_memory: str = "device"
+
+  @classmethod
+  def from_train(cls, cfg: TrainConfig, pad_id: int) -> "ActorConfig":
+    return cls(UpdateConfig.from_train(cfg, pad_id), cfg.optim, cfg.lora,
+               cfg.value.optim if cfg.uses_value_model else None, cfg.steps,
+               cfg.rollout.max_staleness > 0, cfg.sharding.reference_memory)
 
 
 # RLBatch fields with one row per sequence (segments are the packing's).

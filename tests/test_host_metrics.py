@@ -1,4 +1,4 @@
-"""rlpt.device.host_metrics: resident memory against /proc, compiles counted."""
+"""rlpt.device.host_metrics: resident memory against /proc, a run's compiles counted."""
 
 import jax
 import numpy as np
@@ -6,19 +6,24 @@ import numpy as np
 from rlpt import device
 
 
-def test_compiles_are_counted_once_per_new_shape():
-  device.count_compiles()
-  device.count_compiles()  # idempotent: one listener
-  f = jax.jit(lambda x: x * 3 + 1)
-  before = device.host_metrics()["host/compiles"]
+def test_compiles_are_counted_once_per_new_shape_by_the_pool_running_them():
+  pool, other = device.ProgramPool(), device.ProgramPool()
+  f = pool.jit(lambda x: x * 3 + 1)
   f(np.ones((7, 3), np.float32))
-  after_one = device.host_metrics()["host/compiles"]
+  after_one = device.host_metrics(pool)["host/compiles"]
   f(np.ones((7, 3), np.float32))  # cached: no compile
-  assert device.host_metrics()["host/compiles"] == after_one
+  assert device.host_metrics(pool)["host/compiles"] == after_one >= 1
   f(np.ones((9, 3), np.float32))  # a new shape
-  assert after_one - before >= 1
-  assert device.host_metrics()["host/compiles"] == after_one + 1
-  assert device.host_metrics()["host/compile_s"] > 0
+  assert device.host_metrics(pool)["host/compiles"] == after_one + 1
+  assert device.host_metrics(pool)["host/compile_s"] > 0
+  assert device.host_metrics(pool)["host/programs"] == 2
+  # Eager work counts where the run says it is its own, and nowhere else.
+  g = jax.jit(lambda x: x - 5)
+  with other.counting():
+    g(np.ones((5, 2), np.float32))
+  g(np.ones((6, 2), np.float32))  # no pool's
+  assert other.compiles == 1 and pool.compiles == after_one + 1
+  assert device.host_metrics(other)["host/programs"] == 0
 
 
 def test_resident_memory_follows_an_allocation():

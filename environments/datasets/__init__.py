@@ -65,7 +65,7 @@ from environments.datasets.verifiers import (
     register_verifier,
     verifier_kinds,
 )
-from environments.verdicts import Grade, Task
+from environments.verdicts import Grade, Problem
 
 __all__ = [
     "DatasetDomain", "Refused", "Stats", "VerifierKind", "get_verifier", "load_tasks", "reference_extractor",
@@ -89,11 +89,11 @@ def _fields(fields: Mapping[str, str] | None) -> dict[str, str]:
     return {name: fields.get(name, name) for name in loaders.FIELDS}
 
 
-def _task(row: loaders.Row, kind: VerifierKind, hidden: Any) -> tuple[Task, str]:
+def _task(row: loaders.Row, kind: VerifierKind, hidden: Any) -> tuple[Problem, str]:
     """(task, split) for a validated row."""
     key = row.id if row.id is not None else row.prompt
     prompt = f"{row.system}\n\n{row.prompt}" if row.system else row.prompt
-    task = Task(key=key, prompt=prompt, demonstration=kind.demonstrate(row.answer), hidden=hidden)
+    task = Problem(key=key, prompt=prompt, demonstration=kind.demonstrate(row.answer), hidden=hidden)
     return task, row.split or splits.split_of(key)
 
 
@@ -181,7 +181,7 @@ class Refused:
 
 def _row_task(path: pathlib.Path, row: loaders.Row, kind: VerifierKind, verifier: str, opts: Mapping[str, Any],
               column: str, extract: Callable[[str], str] | None,
-              max_answer_chars: int) -> tuple[Task, str]:
+              max_answer_chars: int) -> tuple[Problem, str]:
     """(task, split) of one row; ValueError (the row's problem, naming the field) if it cannot be graded."""
     where = f"field {column!r}"
     if extract is not None:
@@ -208,7 +208,7 @@ def _row_task(path: pathlib.Path, row: loaders.Row, kind: VerifierKind, verifier
 def _rows(path: os.PathLike | str, fields: Mapping[str, str] | None, verifier: str,
           options: Mapping[str, Any] | None, format: str | None,
           max_answer_chars: int | None, reference: str | None = None,
-          strict: bool = False) -> Iterator[tuple[loaders.Row, Task, str] | Refused]:
+          strict: bool = False) -> Iterator[tuple[loaders.Row, Problem, str] | Refused]:
     """Each row as (row, task, split), or as `Refused` when its reference cannot be
     graded (with `strict`, that raises ValueError instead). A file problem (bad
     syntax, a missing or mistyped field, a duplicate id) always raises."""
@@ -249,9 +249,9 @@ class Stats:
 
 def _load(path: os.PathLike | str, verifier: str, fields: Mapping[str, str] | None,
           options: Mapping[str, Any] | None, format: str | None, max_answer_chars: int | None,
-          reference: str | None, strict: bool) -> tuple[list[tuple[Task, str]], tuple[Refused, ...]]:
+          reference: str | None, strict: bool) -> tuple[list[tuple[Problem, str]], tuple[Refused, ...]]:
     """(tasks with their splits, refused rows) of a file with at least one usable row."""
-    tasks: list[tuple[Task, str]] = []
+    tasks: list[tuple[Problem, str]] = []
     refused: list[Refused] = []
     for item in _rows(path, fields, verifier, options, format, max_answer_chars, reference, strict):
         if isinstance(item, Refused):
@@ -293,7 +293,7 @@ def validate_file(path: os.PathLike | str, verifier: str = "math", fields: Mappi
 def load_tasks(path: os.PathLike | str, verifier: str = "math", fields: Mapping[str, str] | None = None,
                options: Mapping[str, Any] | None = None, format: str | None = None,
                max_answer_chars: int | None = None, reference: str | None = None,
-               strict: bool = False) -> list[tuple[Task, str]]:
+               strict: bool = False) -> list[tuple[Problem, str]]:
     """Every usable row of `path` as (task, split), in file order, after validation
     (refused rows are left out: `validate_file` lists them)."""
     return _load(path, verifier, fields, options, format, max_answer_chars, reference, strict)[0]
@@ -302,7 +302,7 @@ def load_tasks(path: os.PathLike | str, verifier: str = "math", fields: Mapping[
 class DatasetDomain(registry.Domain):
     """A domain over a fixed list of tasks, graded by one verifier kind."""
 
-    def __init__(self, spec: registry.DomainSpec, tasks: Sequence[tuple[Task, str]], verifier: str,
+    def __init__(self, spec: registry.DomainSpec, tasks: Sequence[tuple[Problem, str]], verifier: str,
                  options: Mapping[str, Any] | None = None,
                  registration: Mapping[str, Any] | None = None, refused: Sequence[Refused] = ()) -> None:
         self.spec = spec
@@ -320,7 +320,7 @@ class DatasetDomain(registry.Domain):
     def split_sizes(self) -> dict[str, int]:
         return {s: len(ix) for s, ix in self._by_split.items()}
 
-    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task:
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Problem:
         """A uniformly drawn task of `split`; a split with no rows raises ValueError."""
         rows = self._by_split[splits.check_split(split)]
         if len(rows) == 0:
@@ -328,10 +328,10 @@ class DatasetDomain(registry.Domain):
                              "or a split field, to the file")
         return self._tasks[int(rows[int(rng.integers(len(rows)))])]
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         return self._tasks[int(rng.integers(len(self._tasks)))]
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         return self._kind.grade(answer, task.hidden, self._options)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from environments import registry, sandbox
 from environments.grading import grade_calls
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, malformed
+from environments.verdicts import Grade, Problem, malformed
 
 HEADER = "def f(x): return "
 MAX_PROMPT_CHARS = 64
@@ -117,7 +117,7 @@ class InductionDomain(Domain):
         self._shown_xs = np.asarray(shown_xs)
         self._n_shown = n_shown
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         h = int(rng.integers(0, len(self._exprs)))
         for _ in range(_SHOWN_DRAWS):
             xs = np.sort(rng.choice(self._shown_xs, size=self._n_shown, replace=False))
@@ -130,7 +130,7 @@ class InductionDomain(Domain):
         values = self._table[h]
         shown = " ".join(f"f({int(x)})={int(values[self._col[int(x)]])}" for x in xs)
         expected = [int(values[self._col[x]]) for x in HIDDEN_XS]
-        return Task(
+        return Problem(
             key=f"code:f(x)={self._exprs[h]}",
             prompt=f"{shown}\n{HEADER}",
             demonstration=self._exprs[h],
@@ -138,7 +138,7 @@ class InductionDomain(Domain):
             retry_cue=HEADER,
         )
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         # Parsing a length-bounded string is cheap and cannot run code; it
         # rejects statements (and newline tricks) before anything is executed.
         try:

@@ -20,7 +20,7 @@ import numpy as np
 
 from environments import registry
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, failed, malformed, passed
+from environments.verdicts import Grade, Problem, failed, malformed, passed
 
 _GRID = {"easy": 8, "medium": 12, "hard": 16}
 _ARITY = {"box": (6, 0), "sphere": (4, 0), "cylinder": (5, 0), "union": (0, 2), "difference": (0, 2), "translate": (3, 1)}
@@ -164,16 +164,16 @@ class CSGDomain(Domain):
         self._variant = variant
         self._n = n
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         for _ in range(100):
             program = _program(self._variant, rng, self._n)
             grid = voxelize(parse(program), self._n)
             if grid.any():  # an empty target (e.g. a box fully subtracted) is not a task
                 break
         prompt = f"{self._n}^3 grid\n{projections(grid)}\nprogram: "
-        return Task(key=f"csg:{self._n}:{program}", prompt=prompt, demonstration=program, hidden=program, retry_cue="program: ")
+        return Problem(key=f"csg:{self._n}:{program}", prompt=prompt, demonstration=program, hidden=program, retry_cue="program: ")
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         try:
             candidate = voxelize(parse(answer), self._n)
         except CSGError as e:

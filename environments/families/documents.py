@@ -14,7 +14,7 @@ import numpy as np
 
 from environments import registry
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, failed, malformed, passed
+from environments.verdicts import Grade, Problem, failed, malformed, passed
 
 _COMPANIES = ("Acme", "Globex", "Initech", "Umbrella", "Hooli", "Vandelay", "Stark", "Wayne")
 _QUARTERS = ("Q1", "Q2", "Q3", "Q4")
@@ -82,13 +82,13 @@ class TableQADomain(Domain):
         self._size = size
         self.answer_format = "a company name" if variant in _NAME_VARIANTS else "a number such as 1234 or -5.5"
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         names, quarters, revenue, cost, table = _table(rng, *self._size)
         question, answer = _question(self._variant, rng, names, quarters, revenue, cost)
         prompt = f"{table}\nQ: {question}\nA: "
-        return Task(key=f"documents:{prompt}", prompt=prompt, demonstration=answer, hidden=answer, retry_cue="A: ")
+        return Problem(key=f"documents:{prompt}", prompt=prompt, demonstration=answer, hidden=answer, retry_cue="A: ")
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         if self._variant in _NAME_VARIANTS:
             if not answer.isalpha():
                 return malformed(f"expected {self.answer_format}, got {answer[:20]!r}")

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, failed, malformed, passed
+from environments.verdicts import Grade, Problem, failed, malformed, passed
 
 _INT_RE = re.compile(r"^[+-]?[0-9]{1,64}$")  # ASCII only: int() would accept other scripts
 _LETTERS_RE = re.compile(r"^[A-Za-z]+$")
@@ -40,11 +40,11 @@ class ExactAnswerDomain(Domain):
         self._kind = kind
         self.answer_format = kind.value
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         prompt, answer = self._generate(rng)
-        return Task(key=prompt, prompt=prompt, demonstration=answer, hidden=answer)
+        return Problem(key=prompt, prompt=prompt, demonstration=answer, hidden=answer)
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         if self._kind is AnswerKind.INT:
             if not _INT_RE.match(answer):
                 return malformed(f"expected {self._kind.value}, got {answer[:20]!r}")

@@ -28,7 +28,7 @@ import numpy as np
 from environments import registry, splits
 from environments.programs import ProgramTests, grade_program, humaneval_tests
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, malformed
+from environments.verdicts import Grade, Problem, malformed
 
 DOMAIN_ID = "rlpt/code-humaneval-hard-v0"
 MAX_PROMPT_CHARS = 1400
@@ -91,13 +91,13 @@ class HumanEvalDomain(Domain):
         )
 
     @functools.cached_property
-    def _tasks(self) -> tuple[Task, ...]:
+    def _tasks(self) -> tuple[Problem, ...]:
         tasks = []
         for row in problems():
             tests = humaneval_tests(row["test"], row["entry_point"], prelude=row["prompt"],
                                     reference=row["prompt"] + row["canonical_solution"], timeout_s=TIMEOUT_S)
             tasks.append(
-                Task(
+                Problem(
                     key=f"humaneval:{row['task_id']}",
                     prompt=row["prompt"],
                     demonstration=(row["prompt"] + row["canonical_solution"]).strip(),
@@ -107,22 +107,22 @@ class HumanEvalDomain(Domain):
             )
         return tuple(tasks)
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         return self._tasks[int(rng.integers(0, len(self._tasks)))]
 
-    def sample_in_split(self, rng: np.random.Generator, split: str) -> Task:
+    def sample_in_split(self, rng: np.random.Generator, split: str) -> Problem:
         if splits.check_split(split) not in self.splits:
             raise ValueError(f"{DOMAIN_ID} is an evaluation benchmark: it has no {split!r} split (use split='eval')")
         return self.sample(rng)
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         entry_point, tests = task.hidden
         source = program(task.prompt, entry_point, answer)
         if source is None:
             return malformed(f"expected {self.answer_format}; it is not valid Python, alone or after the prompt")
         return grade_program(source, tests)
 
-    def tests_of(self, task: Task) -> ProgramTests:
+    def tests_of(self, task: Problem) -> ProgramTests:
         return task.hidden[1]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from environments import registry
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, failed, malformed, passed
+from environments.verdicts import Grade, Problem, failed, malformed, passed
 
 _WORDS = ("the", "a", "report", "shows", "market", "river", "north", "quiet", "green", "engine", "paper", "stone", "falls", "slowly", "under", "bright", "winter", "signal", "garden", "moves")
 _COLOURS = ("red", "blue", "green", "amber")
@@ -85,12 +85,12 @@ class RetrievalDomain(Domain):
         self._make = _VARIANTS[variant]
         self._chars = chars
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         document, question, answer = self._make(rng, self._chars)
         prompt = f"{document}\nQ: {question}\nA: "
-        return Task(key=f"longctx:{prompt}", prompt=prompt, demonstration=answer, hidden=answer, retry_cue="A: ")
+        return Problem(key=f"longctx:{prompt}", prompt=prompt, demonstration=answer, hidden=answer, retry_cue="A: ")
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         if not _TOKEN_RE.match(answer.lower()):
             return malformed(f"expected {self.answer_format}, got {answer[:20]!r}")
         return passed() if answer.lower() == task.hidden else failed("wrong answer")

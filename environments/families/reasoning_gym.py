@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from environments import registry
-from environments.verdicts import Grade, Task, failed, malformed, passed, verifier_error
+from environments.verdicts import Grade, Problem, failed, malformed, passed, verifier_error
 
 FAMILY = "rg"
 VERSION = 0
@@ -369,7 +369,7 @@ class ReasoningGymDomain(registry.Domain):
             return None
         return answer.strip()
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         dataset = self.dataset()
         error = ""
         for _ in range(MAX_REDRAWS):
@@ -386,7 +386,7 @@ class ReasoningGymDomain(registry.Domain):
                 continue
             demonstration = self._demonstration(entry)
             if demonstration is not None:
-                return Task(key=entry["question"], prompt=entry["question"], demonstration=demonstration, hidden=entry)
+                return Problem(key=entry["question"], prompt=entry["question"], demonstration=demonstration, hidden=entry)
         raise RuntimeError(f"{self.spec.id}: no usable reasoning-gym entry in {MAX_REDRAWS} draws{error}")
 
     def bounded(self, spec: registry.DomainSpec) -> "ReasoningGymDomain":
@@ -395,7 +395,7 @@ class ReasoningGymDomain(registry.Domain):
         split assignment; longer entries are redrawn within the dataset."""
         return ReasoningGymDomain(spec, self.name, self.level, seed=self.seed)
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         limit = max(ANSWER_FLOOR, ANSWER_SLACK * len(task.demonstration))
         if len(answer) > limit:
             return malformed(f"answer has {len(answer)} characters; at most {limit} are graded for this task")

@@ -18,7 +18,7 @@ import numpy as np
 
 from environments import registry, sandbox
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, Verdict, failed, malformed, passed
+from environments.verdicts import Grade, Problem, Verdict, failed, malformed, passed
 
 TIMEOUT_S = 2.0
 _NAMES = ("alpha", "beta", "gamma", "delta", "omega", "notes", "data", "report", "log", "main")
@@ -155,12 +155,12 @@ class ShellTaskDomain(Domain):
         self._variant = variant
         self._size = size
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         files, instruction, demo, expected = _task(self._variant, rng, *self._size)
         prompt = f"files: {' '.join(sorted(files))}\ntask: {instruction}\n$ "
-        return Task(key=f"terminal:{prompt}", prompt=prompt, demonstration=demo, hidden=(files, expected), retry_cue="$ ")
+        return Problem(key=f"terminal:{prompt}", prompt=prompt, demonstration=demo, hidden=(files, expected), retry_cue="$ ")
 
-    def grade(self, task: Task, answer: str) -> Grade:
+    def grade(self, task: Problem, answer: str) -> Grade:
         files, expected = task.hidden
         if "\x00" in answer:
             # No exec argument can hold a NUL byte: the model's output is unrunnable, not the sandbox broken.

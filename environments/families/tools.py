@@ -62,7 +62,7 @@ import numpy as np
 
 from environments import registry
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Task, ToolReply, Verdict, failed, malformed, passed
+from environments.verdicts import Grade, Problem, ToolReply, Verdict, failed, malformed, passed
 
 MAX_EXPR_CHARS = 200
 MAX_MAGNITUDE = 10**15
@@ -575,11 +575,11 @@ class ToolsDomain(Domain):
         self._difficulty = difficulty
         self.answer_format = 'one JSON object: {"tool": ..., "args": {...}} or {"answer": "..."}'
 
-    def sample(self, rng: np.random.Generator) -> Task:
+    def sample(self, rng: np.random.Generator) -> Problem:
         question, table, answer, turns = self._generate(rng, self._difficulty)
         keys = ", ".join(k for k, _ in table.rows) if table.rows else "(no table for this task)"
         prompt = f"{_HEADER}Table ({table.title}): {keys}\nQ: {question}\n"
-        return Task(
+        return Problem(
             key=f"tools:{prompt}",
             prompt=prompt,
             demonstration=turns[-1],
@@ -587,7 +587,7 @@ class ToolsDomain(Domain):
             demonstration_turns=turns,
         )
 
-    def grade(self, task: Task, answer: str) -> Grade | ToolReply:
+    def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
         turn = parse_turn(answer)
         if isinstance(turn, ToolReply):
             return turn

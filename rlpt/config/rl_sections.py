@@ -203,9 +203,6 @@ class EnvConfig:
     replayed environment, backing off backoff_s, 2 backoff_s, ...; then masked.
   job_timeout_s: a step running longer is a hung worker: it is failed (and
     retried) and its thread replaced.
-  latency_s: sleep added to every sandbox step, to benchmark slow environments;
-    latency_dist "fixed" (exactly latency_s) or "exponential" (mean latency_s:
-    a long tail, as a shared remote sandbox has).
   backend: "local" (threads on this host) or "ray" (actors on a Ray cluster;
     ray_address "" starts a local one, ray_actors actors).
   """
@@ -217,8 +214,6 @@ class EnvConfig:
   backoff_s: float = 0.05
   job_timeout_s: float = 120.0
   aging_s: float = 10.0
-  latency_s: float = 0.0
-  latency_dist: str = "fixed"
   backend: str = "local"
   ray_address: str = ""
   ray_actors: int = 2
@@ -232,9 +227,6 @@ class EnvConfig:
     _require(self.job_timeout_s > 0 and self.aging_s > 0,
              f"env.job_timeout_s and env.aging_s must be > 0, got {self.job_timeout_s}, "
              f"{self.aging_s}.")
-    _require(self.latency_s >= 0, f"env.latency_s must be >= 0, got {self.latency_s}.")
-    _require(self.latency_dist in ("fixed", "exponential"),
-             f"env.latency_dist must be 'fixed' or 'exponential', got '{self.latency_dist}'.")
     _require(self.backend in ("local", "ray"),
              f"env.backend must be 'local' or 'ray', got '{self.backend}'.")
     _require(self.ray_actors > 0, f"env.ray_actors must be > 0, got {self.ray_actors}.")

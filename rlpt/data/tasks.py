@@ -22,11 +22,13 @@ class Task(NamedTuple):
 class TaskSampler:
   """Draws tasks with fixed domain weights: a domain by weight, then a fresh seed.
 
-  Deterministic in ``seed``. Used for pre-training and benchmarks; RL runs
+  Deterministic in ``seed`` (an int, or a stream of `rlpt.keys.numpy_rng`). Used for
+  pre-training, benchmarks and the draft's warm-up; RL runs
   draw through the checkpointable ``TaskStream`` with an adaptive curriculum.
   """
 
-  def __init__(self, domains: Sequence[str], weights: Sequence[float] | None = None, seed: int = 0):
+  def __init__(self, domains: Sequence[str], weights: Sequence[float] | None = None,
+               seed: int | np.random.Generator = 0):
     self.domains = tuple(domains)
     w = np.ones(len(self.domains)) if not weights else np.asarray(weights, dtype=np.float64)
     if w.shape != (len(self.domains),) or (w < 0).any() or w.sum() <= 0:

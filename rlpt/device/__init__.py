@@ -4,12 +4,14 @@
 
 - ``process``: this process's XLA backend (CPU devices and threads, compilation
   cache, the primary process).
-- ``telemetry``: resident memory, XLA compiles, programs kept.
+- ``telemetry``: the busy clock, resident memory, a run's compiles and programs.
 - ``batch``: a batch's layout on the mesh and the row counts it allows.
 - ``transfer``: host <-> device under single-controller semantics.
 - ``placement``: parameters and train states placed under the sharding rules.
 - ``programs``: jitted steps and samplers with explicit shardings, in a bounded
   pool of compiled programs.
+- ``context``: `RunContext`, where a run runs (mesh, layouts, programs, clock,
+  seed, tokenizer), built once and handed to each component.
 - ``memory``: per-device byte plans (``launch.plan``), imported on its own.
 """
 
@@ -34,28 +36,27 @@ from rlpt.device.process import (
 )
 from rlpt.device.programs import (
     MAX_PROGRAMS,
-    PROGRAMS,
     PooledJit,
     ProgramPool,
     jit_sampler,
     jit_spec_sampler,
     jit_step,
-    pooled_jit,
     with_rules,
 )
 from rlpt.device.telemetry import (
-    count_compiles,
+    BusyClock,
     cpu_only_host,
     host_metrics,
     resident_mib,
 )
+from rlpt.device.context import RunContext
 from rlpt.device.transfer import host_to_global, make_reshard, to_device, to_host
 
 __all__ = [
     "batch_multiple",
     "batch_sharding",
+    "BusyClock",
     "check_batch",
-    "count_compiles",
     "cpu_only_host",
     "host_metrics",
     "host_to_global",
@@ -68,10 +69,9 @@ __all__ = [
     "opt_state_shardings",
     "place_params",
     "place_train_state",
-    "pooled_jit",
     "PooledJit",
     "ProgramPool",
-    "PROGRAMS",
+    "RunContext",
     "replicated",
     "resident_mib",
     "row_bucket",

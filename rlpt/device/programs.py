@@ -1,9 +1,12 @@
 """Compiled programs: jitted steps and samplers with explicit shardings, traced
-under the rules, kept in a bounded pool of compiled programs."""
+under the rules, kept in a bounded pool of compiled programs that a run owns
+(``RunContext.programs``): two runs in one process share neither programs nor
+counts."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import threading
 import weakref
@@ -34,11 +37,26 @@ def with_rules(fn: Callable, mesh: Mesh, rules: Rules | None) -> Callable:
   return wrapped
 
 
-MAX_PROGRAMS = 32  # default bound of `PROGRAMS` (launch flag --max_programs)
+MAX_PROGRAMS = 32  # default bound of a run's `ProgramPool` (launch flag --max_programs)
+
+# The pools whose work this thread is doing now, innermost last: an XLA
+# compile is counted by the innermost (jax.monitoring calls its listeners in
+# the compiling thread).
+_RUNNING = threading.local()
+
+
+def _on_event(event: str, duration: float, **_) -> None:
+  if event == "/jax/core/compile/backend_compile_duration":
+    pools = getattr(_RUNNING, "pools", None)
+    if pools:
+      pools[-1]._compiled(duration)
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_event)
 
 
 class ProgramPool:
-  """At most ``capacity`` compiled programs of ``pooled_jit`` functions kept
+  """At most ``capacity`` compiled programs of this pool's ``jit`` functions kept
   in memory, the least recently used dropped first (``capacity`` 0: no bound).
 
   XLA keeps each compiled program resident (on XLA:CPU a median 33 MiB for
@@ -51,7 +69,7 @@ class ProgramPool:
   anew and loads the executable from the persistent compilation cache
   (``use_compilation_cache``; about half a second for the tiny model's
   sampler) or compiles it: the same program, so the same bits. Programs
-  that JAX compiles outside ``pooled_jit`` (eager operations, one-off
+  that JAX compiles outside the pool (eager operations, one-off
   initialisers) are few, small and not counted. Thread-safe: an
   asynchronous producer samples while the update runs.
 
@@ -60,6 +78,10 @@ class ProgramPool:
   about one every 13 steps (docs/curriculum.md, "Long runs"). Calling
   through the pool costs a pytree flatten (0.13 ms for a 118-leaf train
   state on this CPU).
+
+  ``compiles`` / ``compile_s``: the XLA compiles made while this pool's
+  programs run or inside ``counting()`` (a cached program loaded from the
+  persistent cache is no compile); another pool's work is not counted here.
   """
 
   def __init__(self, capacity: int = MAX_PROGRAMS):
@@ -68,6 +90,7 @@ class ProgramPool:
     self._dead: list = []  # refs of collected functions, purged under the lock
     self.capacity = 0
     self.evictions = 0
+    self.compiles, self.compile_s = 0, 0.0
     self.resize(capacity)
 
   def resize(self, capacity: int) -> None:
@@ -84,6 +107,22 @@ class ProgramPool:
     with self._lock:
       self._purge()
       return len(self._lru)
+
+  @contextlib.contextmanager
+  def counting(self):
+    """XLA compiles in this thread within the block count as this pool's
+    (its programs' own calls do so already; wrap eager work of the run)."""
+    pools = _RUNNING.__dict__.setdefault("pools", [])
+    pools.append(self)
+    try:
+      yield
+    finally:
+      pools.pop()
+
+  def _compiled(self, seconds: float) -> None:
+    with self._lock:
+      self.compiles += 1
+      self.compile_s += seconds
 
   def jit(self, fn: Callable, **jit_kwargs) -> "PooledJit":
     """``jax.jit(fn, **jit_kwargs)`` whose compiled programs this pool bounds."""
@@ -135,11 +174,13 @@ class PooledJit:
     self.ref = weakref.ref(self, pool._forget)
 
   def __call__(self, *args):
-    return self.pool._program(self, _signature(args))(*args)
+    with self.pool.counting():
+      return self.pool._program(self, _signature(args))(*args)
 
   def lower(self, *args):
     """``jax.jit(...).lower`` at these arguments (arrays or ShapeDtypeStructs)."""
-    return self.pool._program(self, _signature(args)).lower(*args)
+    with self.pool.counting():
+      return self.pool._program(self, _signature(args)).lower(*args)
 
 
 def _signature(args) -> tuple:
@@ -151,22 +192,14 @@ def _signature(args) -> tuple:
       for x in leaves)
 
 
-PROGRAMS = ProgramPool()
-
-
-def pooled_jit(fn: Callable, **jit_kwargs) -> PooledJit:
-  """``jax.jit(fn, **jit_kwargs)`` with its compiled programs in ``PROGRAMS``."""
-  return PROGRAMS.jit(fn, **jit_kwargs)
-
-
-def jit_step(fn: Callable, state_shardings, batch_shardings, mesh: Mesh,
+def jit_step(programs: ProgramPool, fn: Callable, state_shardings, batch_shardings, mesh: Mesh,
              rules: Rules | None = None, **static) -> Callable:
   """jit(fn(state, *batch) -> (state, metrics)) with explicit shardings, state donated.
 
   ``rules`` constrains the activations traced inside ``fn`` (see with_rules).
-  Its compiled programs (one per batch shape) are bounded by ``PROGRAMS``.
+  Its compiled programs (one per batch shape) are kept in ``programs``.
   """
-  return pooled_jit(
+  return programs.jit(
       with_rules(functools.partial(fn, **static), mesh, rules),
       in_shardings=(state_shardings, *batch_shardings),
       out_shardings=(state_shardings, replicated(mesh)),
@@ -174,13 +207,14 @@ def jit_step(fn: Callable, state_shardings, batch_shardings, mesh: Mesh,
   )
 
 
-def jit_sampler(sampler, sampling, param_shardings, mesh: Mesh, rules: Rules) -> Callable:
+def jit_sampler(programs: ProgramPool, sampler, sampling, param_shardings, mesh: Mesh,
+                rules: Rules) -> Callable:
   """``generate(params, prompts_BxP, lengths_B, key_data) -> SampleOutput`` as one jitted
   program with explicit shardings: params in the sampling layout, prompts and
   outputs sharded on the batch rule. The KV cache is allocated, updated in place
   and freed inside the one program, so there is no buffer to donate across calls
   (donating the int32 prompts would only warn: no output has their shape).
-  One program per prompt shape, bounded by ``PROGRAMS``.
+  One program per prompt shape, kept in ``programs``.
   """
   bs1, bs2 = batch_sharding(mesh, rules, 1), batch_sharding(mesh, rules, 2)
   def generate(params, prompts_BxP, lengths_B, rng_data):
@@ -188,15 +222,15 @@ def jit_sampler(sampler, sampling, param_shardings, mesh: Mesh, rules: Rules) ->
     return sampler.generate(params, prompts_BxP, lengths_B, jax.random.wrap_key_data(rng_data),
                             sampling)
 
-  return pooled_jit(
+  return programs.jit(
       with_rules(generate, mesh, rules),
       in_shardings=(param_shardings, bs2, bs1, replicated(mesh)),
       out_shardings=SampleOutput(bs2, bs2, bs1),
   )
 
 
-def jit_spec_sampler(sampler, sampling, param_shardings, draft_shardings, mesh: Mesh,
-                     rules: Rules) -> Callable:
+def jit_spec_sampler(programs: ProgramPool, sampler, sampling, param_shardings, draft_shardings,
+                     mesh: Mesh, rules: Rules) -> Callable:
   """``generate(params, draft_params, prompts_BxP, lengths_B, key_data) ->
   (SampleOutput, SpecStats)`` for a ``SpeculativeSampler``, jitted like ``jit_sampler``."""
   bs1, bs2, rep = batch_sharding(mesh, rules, 1), batch_sharding(mesh, rules, 2), replicated(mesh)
@@ -205,7 +239,7 @@ def jit_spec_sampler(sampler, sampling, param_shardings, draft_shardings, mesh: 
     return sampler.generate(params, draft_params, prompts_BxP, lengths_B,
                             jax.random.wrap_key_data(rng_data), sampling)
 
-  return pooled_jit(
+  return programs.jit(
       with_rules(generate, mesh, rules),
       in_shardings=(param_shardings, draft_shardings, bs2, bs1, rep),
       out_shardings=(SampleOutput(bs2, bs2, bs1), SpecStats(rep, rep, rep)),

@@ -1,36 +1,59 @@
-"""What the host is doing: resident memory, XLA compiles so far (counted once
-``count_compiles`` runs), programs kept, whether the run is CPU-only."""
+"""What the host and the accelerator are doing: the busy intervals of a run's
+programs (`BusyClock`, the accelerator's idle fraction), resident memory, a
+run's XLA compiles and programs kept, whether the run is CPU-only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
+import time
 
-import jax
-
-from rlpt.device.programs import PROGRAMS
-
-
-class _Compiles:
-  """XLA backend compiles of this process: count and seconds (a jax.monitoring
-  listener, registered once by ``count_compiles``)."""
-
-  count = 0
-  seconds = 0.0
-  listening = False
-
-  @classmethod
-  def on_event(cls, event: str, duration: float, **_) -> None:
-    if event == "/jax/core/compile/backend_compile_duration":
-      cls.count += 1
-      cls.seconds += duration
+from rlpt.device.programs import ProgramPool
 
 
-def count_compiles() -> None:
-  """Starts counting this process's XLA compiles (idempotent); see ``host_metrics``."""
-  if not _Compiles.listening:
-    jax.monitoring.register_event_duration_secs_listener(_Compiles.on_event)
-    _Compiles.listening = True
+class BusyClock:
+  """The intervals in which a run's jitted program is running (or the host is
+  blocked on its result), and the fraction of a window in which none was: the
+  accelerator's idle fraction. Thread-safe (an asynchronous producer samples
+  while the update runs)."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._intervals: list[tuple[float, float]] = []
+
+  @contextlib.contextmanager
+  def busy(self):
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.record(start, time.perf_counter())
+
+  def record(self, start: float, end: float) -> None:
+    """Adds the busy interval [start, end] (``time.perf_counter`` seconds)."""
+    with self._lock:
+      self._intervals.append((start, end))
+
+  def idle_fraction(self, start: float, end: float) -> float:
+    """Fraction of [start, end] covered by no busy interval; forgets intervals before start."""
+    if end <= start:
+      return 0.0
+    with self._lock:
+      self._intervals = [iv for iv in self._intervals if iv[1] > start]
+      spans = sorted((max(a, start), min(b, end)) for a, b in self._intervals if a < end)
+    covered, cur_a, cur_b = 0.0, None, None
+    for a, b in spans:
+      if cur_b is None or a > cur_b:
+        if cur_b is not None:
+          covered += cur_b - cur_a
+        cur_a, cur_b = a, b
+      else:
+        cur_b = max(cur_b, b)
+    if cur_b is not None:
+      covered += cur_b - cur_a
+    return max(0.0, 1.0 - covered / (end - start))
 
 
 def resident_mib() -> float:
@@ -48,13 +71,13 @@ def resident_mib() -> float:
   return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def host_metrics() -> dict[str, float]:
-  """The host's figures a long run watches: resident memory, the XLA compiles
-  so far (a count still rising late in a run means new shapes), the compiled
-  programs kept (``PROGRAMS``) and how many it has dropped."""
-  return {"host/rss_mib": resident_mib(), "host/compiles": float(_Compiles.count),
-          "host/compile_s": _Compiles.seconds, "host/programs": float(len(PROGRAMS)),
-          "host/program_evictions": float(PROGRAMS.evictions)}
+def host_metrics(programs: ProgramPool) -> dict[str, float]:
+  """The host's figures a long run watches: resident memory, the run's XLA
+  compiles so far (a count still rising late in a run means new shapes), the
+  compiled programs it keeps (``programs``) and how many it has dropped."""
+  return {"host/rss_mib": resident_mib(), "host/compiles": float(programs.compiles),
+          "host/compile_s": programs.compile_s, "host/programs": float(len(programs)),
+          "host/program_evictions": float(programs.evictions)}
 
 
 def cpu_only_host() -> bool:

@@ -29,6 +29,7 @@ from flax import nnx
 
 from rlpt.rollout.batch import RolloutBatch, merge_parts
 from rlpt.rollout.pipeline import AsyncRollout
+from rlpt.rollout.sections import SourceConfig
 from rlpt.rollout.source import RolloutSource
 
 
@@ -173,8 +174,8 @@ class AsyncRolloutSource(RolloutSource):
     return batch, metrics, state
 
 
-def make_rollout_source(rollout, *args, **kwargs) -> RolloutSource:
+def make_rollout_source(cfg: SourceConfig, *args, **kwargs) -> RolloutSource:
   """The synchronous source, or the asynchronous one when ``rollout.max_staleness`` > 0
   (arguments as `RolloutSource`)."""
-  cls = AsyncRolloutSource if rollout.max_staleness else RolloutSource
-  return cls(rollout, *args, **kwargs)
+  cls = AsyncRolloutSource if cfg.rollout.max_staleness else RolloutSource
+  return cls(cfg, *args, **kwargs)

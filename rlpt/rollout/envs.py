@@ -33,13 +33,15 @@ import collections
 import concurrent.futures
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import gymnasium
 import numpy as np
 
+from rlpt.config import EnvConfig
 from rlpt.data import Task
 from rlpt.rollout.domains import register_domain_files
+from rlpt.rollout.pool_api import EnvironmentPool
 from rlpt.rollout.records import Episode, Graded, Prompt, Step, check_step
 from rlpt.rollout.scheduler import JobScheduler, JobTimeout
 
@@ -50,27 +52,21 @@ def _infra_failure(e: BaseException) -> Graded:
   return Graded(0.0, False, "SANDBOX_ERROR", True, {"feedback": f"{type(e).__name__}: {e}"})
 
 
-class EnvPool:
-  """Per-domain pools of environment instances behind a job scheduler.
+class EnvPool(EnvironmentPool):
+  """Per-domain pools of environment instances behind a job scheduler, on this host.
 
-  ``max_attempts`` > 1 gives every episode that many graded attempts (failed
-  ones return feedback); ``max_turns`` overrides the turn budget of
-  tool-using domains (0 keeps each domain's own). Both are passed to
-  ``gymnasium.make``. ``workers`` / ``sandbox_workers``: threads of the cheap
-  and sandbox resource classes. ``priorities``: {domain: priority} (default
-  0; higher runs first). ``retries``, ``backoff_s``: infrastructure-failure
-  retries and the first backoff (doubling). ``job_timeout_s``: a step
-  running longer is a hung worker. ``latency_s``: sleep added to every
-  sandbox-class step (benchmarks inject slow environments with it), exactly
-  that long (``latency_dist="fixed"``) or exponentially distributed with that
-  mean (``"exponential"``: a long tail).
+  ``cfg``: the run's ``env`` section (worker threads of the cheap and sandbox
+  resource classes, priorities, one per domain, retries and their backoff,
+  the hung-job timeout, ageing). ``max_attempts`` > 1 gives every episode
+  that many graded attempts (failed ones return feedback); ``max_turns``
+  overrides the turn budget of tool-using domains (0 keeps each domain's
+  own); both go to ``gymnasium.make``. ``files``: domain description files
+  to register first. A subclass may wrap a domain's environments by
+  overriding ``make_env`` (the benchmarks inject slow environments so).
   """
 
-  def __init__(self, domains: Sequence[str], workers: int = 4, max_attempts: int = 1,
-               max_turns: int = 0, *, sandbox_workers: int = 0,
-               priorities: Mapping[str, float] | None = None, retries: int = 2,
-               backoff_s: float = 0.05, job_timeout_s: float = 120.0, aging_s: float = 10.0,
-               latency_s: float = 0.0, latency_dist: str = "fixed", files: Sequence[str] = ()):
+  def __init__(self, domains: Sequence[str], cfg: EnvConfig = EnvConfig(), *,
+               max_attempts: int = 1, max_turns: int = 0, files: Sequence[str] = ()):
     register_domain_files(files)
     from environments import registry
 
@@ -78,12 +74,10 @@ class EnvPool:
     for d in domains:
       if d not in registered:
         registry.get(d)  # raises with close matches
-    unknown = sorted(set(priorities or {}) - set(domains))
-    if unknown:
-      raise ValueError(f"priorities name domains that are not in this pool: {unknown}")
-    if retries < 0 or backoff_s < 0 or latency_s < 0:
-      raise ValueError(f"retries, backoff_s and latency_s must be >= 0, got {retries}, "
-                       f"{backoff_s}, {latency_s}")
+    if cfg.priorities and len(cfg.priorities) != len(domains):
+      raise ValueError(f"env.priorities has {len(cfg.priorities)} entries for {len(domains)} "
+                       f"domains {list(domains)}: give one per domain, or none.")
+    self.cfg = cfg
     self._kwargs, self._resource = {}, {}
     for d in domains:
       spec = registry.get(d)
@@ -92,17 +86,23 @@ class EnvPool:
         kw["max_turns"] = max_turns
       self._kwargs[d] = kw
       self._resource[d] = SANDBOX if "sandbox" in spec.tags else CHEAP
-    self._priority = {d: float((priorities or {}).get(d, 0.0)) for d in domains}
-    if latency_dist not in ("fixed", "exponential"):
-      raise ValueError(f"latency_dist must be 'fixed' or 'exponential', got {latency_dist!r}")
-    self.retries, self.backoff_s, self.latency_s = retries, backoff_s, latency_s
-    self._latency_rng = (np.random.default_rng(0) if latency_dist == "exponential" else None)
+    self._priority = dict(zip(domains, cfg.priorities or [0.0] * len(domains)))
+    self.retries, self.backoff_s = cfg.retries, cfg.backoff_s
     self._free: dict[str, collections.deque] = {d: collections.deque() for d in domains}
     self._lock = threading.Lock()
-    self.scheduler = JobScheduler({CHEAP: workers, SANDBOX: sandbox_workers or workers},
-                                  aging_s=aging_s, timeout_s=job_timeout_s)
+    self.scheduler = JobScheduler(
+        {CHEAP: cfg.workers, SANDBOX: cfg.sandbox_workers or cfg.workers},
+        aging_s=cfg.aging_s, timeout_s=cfg.job_timeout_s)
     self._latency: dict[str, list[float]] = collections.defaultdict(list)
     self._counts = collections.Counter()
+
+  def make_env(self, domain: str):
+    """A fresh environment of ``domain`` (``gymnasium.make`` with the pool's options)."""
+    return gymnasium.make(domain, disable_env_checker=True, **self._kwargs[domain])
+
+  def resource(self, domain: str) -> str:
+    """The resource class ``domain``'s jobs run in: "sandbox" or "cheap"."""
+    return self._resource[domain]
 
   # -- environment instances -------------------------------------------------
 
@@ -112,7 +112,7 @@ class EnvPool:
         raise ValueError(f"Domain '{domain}' is not in this pool ({sorted(self._free)}).")
       if self._free[domain]:
         return self._free[domain].pop()
-    return gymnasium.make(domain, disable_env_checker=True, **self._kwargs[domain])
+    return self.make_env(domain)
 
   def _release(self, domain: str, env) -> None:
     with self._lock:
@@ -132,8 +132,7 @@ class EnvPool:
     naming the task (a domain that cannot draw that task is a bug to fix,
     not a sample to score)."""
     for attempt in range(self.retries + 1):
-      env = self._acquire(task.domain) if attempt == 0 else gymnasium.make(
-          task.domain, disable_env_checker=True, **self._kwargs[task.domain])
+      env = self._acquire(task.domain) if attempt == 0 else self.make_env(task.domain)
       try:
         obs, info = env.reset(seed=task.seed, options={"split": task.split})
         return env, obs, info
@@ -162,26 +161,55 @@ class EnvPool:
     t = time.perf_counter()
     env = episode.env
     if replay:
-      env = gymnasium.make(episode.task.domain, disable_env_checker=True,
-                           **self._kwargs[episode.task.domain])
+      env = self.make_env(episode.task.domain)
       env.reset(seed=episode.task.seed, options={"split": episode.task.split})
       for earlier in episode.actions:
         env.step(earlier)
-    if self.latency_s and self._resource[episode.task.domain] == SANDBOX:
-      delay = self.latency_s
-      if self._latency_rng is not None:
-        with self._lock:
-          delay = float(self._latency_rng.exponential(self.latency_s))
-      time.sleep(delay)
     result = env.step(action)
     return result, env, time.perf_counter() - t
 
-  def _submit_step(self, episode: Episode, action: str, attempt: int):
+  def submit_step(self, episode: Episode, action: str, attempt: int = 0):
+    """Schedules one step of ``episode`` (attempt > 0: a retry, on a replayed
+    environment after the backoff); a future for ``settle_step``."""
     d = episode.task.domain
     delay = self.backoff_s * (2 ** (attempt - 1)) if attempt else 0.0
     return self.scheduler.submit(self._step_job, episode, action, attempt > 0,
                                  resource=self._resource[d], priority=self._priority[d],
                                  delay_s=delay)
+
+  def settle_step(self, fut, episode: Episode, action: str, attempt: int) -> Step | None:
+    """The step of a finished ``submit_step`` job, or None when it failed and
+    was not the last attempt (the caller resubmits it as attempt + 1): an
+    infrastructure failure is retried ``retries`` times, then masked."""
+    ep, infra, result = episode, False, None
+    try:
+      result, env, seconds = fut.result()
+      infra = bool(result[4].get("infra_error", False))
+      if infra:
+        ep.env_s += seconds  # a failed attempt's time is spent too
+      failure = (_infra_failure(RuntimeError(result[4].get("feedback", "infra error")))
+                 if infra else None)
+    except JobTimeout as e:
+      # The hung instance may still be running: never touch it again.
+      ep.env, env, failure = None, None, _infra_failure(e)
+    except Exception as e:  # noqa: BLE001  An environment bug must not kill the run.
+      env, failure = None, _infra_failure(e)
+    if failure is None:
+      return self._finish(ep, action, result, env, seconds)
+    if attempt < self.retries:
+      with self._lock:
+        self._counts["retries"] += 1
+      if env is not None and env is not ep.env:
+        env.close()
+      return None
+    if infra and env is not None:
+      # The environment itself reported the failure: keep its verdict and info.
+      if env is not ep.env and ep.env is not None:
+        ep.env.close()
+      ep.env = env
+      obs, reward, _, _, info = result
+      failure = Graded(ep.reward + float(reward), False, str(info.get("verdict", "")), True, info)
+    return self._fail(ep, failure)
 
   def _finish(self, episode: Episode, action: str, result, env, seconds: float) -> Step:
     obs, reward, terminated, truncated, info = result
@@ -309,7 +337,7 @@ class PendingSteps:
       self._episodes.append(ep)
       self._actions.append(a)
       self._attempt.append(0)
-      self._pending[self._pool._submit_step(ep, a, 0)] = i
+      self._pending[self._pool.submit_step(ep, a)] = i
 
   def __len__(self) -> int:
     return len(self._pending)
@@ -324,44 +352,13 @@ class PendingSteps:
                                         return_when=concurrent.futures.FIRST_COMPLETED)
       for fut in done:
         i = self._pending.pop(fut)
-        step = self._settle(fut, i)
-        if step is not None:
+        step = self._pool.settle_step(fut, self._episodes[i], self._actions[i], self._attempt[i])
+        if step is None:  # failed, to be retried
+          self._attempt[i] += 1
+          self._pending[self._pool.submit_step(self._episodes[i], self._actions[i],
+                                               self._attempt[i])] = i
+        else:
           out.append((i, step))
       if deadline is not None and time.perf_counter() >= deadline:
         break
     return out
-
-  def _settle(self, fut, i: int) -> Step | None:
-    """The step of a finished job, or None when it was resubmitted."""
-    pool, ep, action = self._pool, self._episodes[i], self._actions[i]
-    infra, result = False, None
-    try:
-      result, env, seconds = fut.result()
-      infra = bool(result[4].get("infra_error", False))
-      if infra:
-        ep.env_s += seconds  # a failed attempt's time is spent too
-      failure = (_infra_failure(RuntimeError(result[4].get("feedback", "infra error")))
-                 if infra else None)
-    except JobTimeout as e:
-      # The hung instance may still be running: never touch it again.
-      ep.env, env, failure = None, None, _infra_failure(e)
-    except Exception as e:  # noqa: BLE001  An environment bug must not kill the run.
-      env, failure = None, _infra_failure(e)
-    if failure is None:
-      return pool._finish(ep, action, result, env, seconds)
-    if self._attempt[i] < pool.retries:
-      self._attempt[i] += 1
-      with pool._lock:
-        pool._counts["retries"] += 1
-      if env is not None and env is not ep.env:
-        env.close()
-      self._pending[pool._submit_step(ep, action, self._attempt[i])] = i
-      return None
-    if infra and env is not None:
-      # The environment itself reported the failure: keep its verdict and info.
-      if env is not ep.env and ep.env is not None:
-        ep.env.close()
-      ep.env = env
-      obs, reward, _, _, info = result
-      failure = Graded(ep.reward + float(reward), False, str(info.get("verdict", "")), True, info)
-    return pool._fail(ep, failure)

@@ -37,8 +37,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlpt.config import RolloutConfig
 from rlpt.packing import pack_width
 from rlpt.rollout.batch import SequenceBatch, build_episode_sequences, encode_prompts, pad_contexts
+from rlpt.rollout.pool_api import EnvironmentPool
 
 
 class EpisodeBatch(NamedTuple):
@@ -49,24 +51,26 @@ class EpisodeBatch(NamedTuple):
 
 
 class EpisodeRunner:
-  """Drives episodes on an environment pool (`EnvPool` or `RayEnvPool`) with a sampler.
+  """Drives episodes on an environment pool (an `EnvironmentPool`) with a sampler.
 
   tokenizer: encodes prompts / observations and decodes answers.
+  rollout: the run's ``rollout`` section (``max_prompt_len``, the context an
+    episode may fill; ``max_new_tokens`` per turn; ``interleave_turns``).
   stop_ids: tokens that end a completion (dropped from the answer text).
   bucket: prompt buffers are padded to a multiple of this many tokens.
   min_ready: interleaved, the share of running episodes that must be ready
     before the sampler runs (when nothing else is running, it runs anyway).
   """
 
-  def __init__(self, pool, tokenizer, *, max_prompt_len: int, max_new_tokens: int,
-               stop_ids: Sequence[int], bucket: int, interleave: bool = False,
-               min_ready: float = 0.5):
+  def __init__(self, pool: EnvironmentPool, tokenizer, rollout: RolloutConfig,
+               stop_ids: Sequence[int], bucket: int, min_ready: float = 0.5):
     if not 0.0 < min_ready <= 1.0:
       raise ValueError(f"min_ready must be in (0, 1], got {min_ready}")
     self.pool, self.tokenizer = pool, tokenizer
-    self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
+    self.max_prompt_len, self.max_new_tokens = rollout.max_prompt_len, rollout.max_new_tokens
     self.stop_ids = set(int(x) for x in stop_ids)
-    self.bucket, self.interleave, self.min_ready = bucket, interleave, min_ready
+    self.bucket, self.interleave = bucket, rollout.interleave_turns
+    self.min_ready = min_ready
     # Later turns' contexts vary in length far more than prompts: a coarser
     # bucket keeps the number of compiled sampler shapes small.
     self.turn_bucket = 4 * bucket

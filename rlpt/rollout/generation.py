@@ -16,20 +16,16 @@ import functools
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh
 
-from rlpt.config import RolloutConfig, SpeculativeConfig
-from rlpt.models import ModelConfig
-from rlpt.rollout.pipeline import BusyClock
-from rlpt.device import (batch_multiple, batch_sharding, check_batch, host_to_global,
-                          jit_sampler, replicated, row_bucket, to_host)
+from rlpt.device import (RunContext, batch_multiple, batch_sharding, check_batch, host_to_global,
+                         jit_sampler, replicated, row_bucket, to_host)
+from rlpt.rollout.sections import SampledModel, SourceConfig
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sampling.sampler import auto_decode_phases
 from rlpt.sampling.fast import FastSampler, FlatLayout
 from rlpt.rollout.speculative import SpeculativeRollout
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import QuantizedState, quantize_params
-from rlpt.sharding import Rules
 
 
 class RolloutSampling:
@@ -39,20 +35,20 @@ class RolloutSampling:
   the speculative draft (``SpeculativeRollout``) or None.
   """
 
-  def __init__(self, rollout: RolloutConfig, speculative: SpeculativeConfig,
-               graphdef: nnx.GraphDef, model_cfg: ModelConfig, tokenizer, mesh: Mesh,
-               sample_rules: Rules, sample_sh, modes: tuple[SamplingParams, ...],
-               busy: BusyClock, *, draft_key: jax.Array, total_steps: int):
-    ro = rollout
-    self.rollout_cfg, self.mesh, self.sample_rules, self.busy = rollout, mesh, sample_rules, busy
+  def __init__(self, cfg: SourceConfig, ctx: RunContext, model: SampledModel):
+    ro, speculative, modes = cfg.rollout, cfg.speculative, cfg.modes
+    self.rollout_cfg, self.ctx = ro, ctx
+    self.mesh, self.sample_rules = ctx.mesh, ctx.sample_rules
     self.params = None
+    tokenizer, mesh, rules, programs = ctx.tokenizer, ctx.mesh, ctx.sample_rules, ctx.programs
+    graphdef, model_cfg = model.graphdef, model.model_cfg
     args = (ro.max_prompt_len, ro.max_new_tokens, tokenizer.pad_id, (tokenizer.eos_id,))
     phases = ro.decode_phases
     if not phases:
       plain = model_cfg.full_dense_attention and not speculative.gamma
       phases = auto_decode_phases(ro.max_new_tokens) if plain else 1
     self.decode_phases = phases
-    param_sh = sample_sh
+    param_sh = model.shardings
     self.quantize = None
     self.group_generate_fns = {}
     self.speculative = None
@@ -66,25 +62,24 @@ class RolloutSampling:
         raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
       if ro.weights_int8:
         rep = replicated(mesh)
-        param_sh = QuantizedState(sample_sh, jax.tree.map(lambda _: rep, sample_sh))
-        self.quantize = jax.jit(quantize_params, in_shardings=(sample_sh,),
+        param_sh = QuantizedState(model.shardings, jax.tree.map(lambda _: rep, model.shardings))
+        self.quantize = jax.jit(quantize_params, in_shardings=(model.shardings,),
                                 out_shardings=param_sh)
       if ro.share_prefix and ro.group_size > 1:
-        check_batch(ro.prompts_per_step, mesh, sample_rules,
+        check_batch(ro.prompts_per_step, mesh, rules,
                     "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
         grouped = FastSampler(graphdef, model_cfg, *args, PrefixLayout(ro.group_size, ro.kv_int8),
                               phases)
         # Grouped rollouts sample at the training temperature only.
         self.group_generate_fns = {
-            modes[0]: jit_sampler(grouped, modes[0], param_sh, mesh, sample_rules)}
-    self.generate_fns = {sp: jit_sampler(self.sampler, sp, param_sh, mesh, sample_rules)
+            modes[0]: jit_sampler(programs, grouped, modes[0], param_sh, mesh, rules)}
+    self.generate_fns = {sp: jit_sampler(programs, self.sampler, sp, param_sh, mesh, rules)
                          for sp in set(modes)}
     if speculative.gamma:
       layouts = {False: FlatLayout(ro.kv_int8)}
       if self.group_generate_fns:
         layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
-      self.speculative = SpeculativeRollout(speculative, graphdef, model_cfg, args, layouts,
-                                            param_sh, mesh, sample_rules, draft_key, total_steps)
+      self.speculative = SpeculativeRollout(cfg, ctx, model, param_sh, layouts)
 
   def handoff(self, params: nnx.State) -> None:
     """Gives the sampler ``params`` (already in the sampling layout), quantized
@@ -125,7 +120,7 @@ class RolloutSampling:
       lengths = np.concatenate([lengths, np.repeat(lengths[:1], size - n, 0)])
     if self.speculative is not None and self.speculative.warm:
       fn = functools.partial(self.speculative.generate, sampling=sampling, grouped=grouped)
-    with self.busy.busy():
+    with self.ctx.busy.busy():
       out = fn(self.params if params is None else params, host_to_global(ids, bs2),
                host_to_global(lengths, bs1),
                host_to_global(jax.random.key_data(key), replicated(self.mesh)))

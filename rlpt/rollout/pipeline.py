@@ -10,10 +10,6 @@ graded by the environments; k = 0 would be the synchronous loop
 wave uses does not depend on thread timing, so an asynchronous run is as
 reproducible as a synchronous one.
 
-``BusyClock`` records the intervals in which a jitted program is running (or
-the host is blocked on its result) and reports the fraction of a window in
-which none was: the accelerator's idle fraction.
-
 Nothing here knows about models; `rlpt.rollout.async_source.AsyncRolloutSource`
 supplies ``prepare(wave, version)`` and ``execute(wave, version, prepared)``
 (see `AsyncRollout`) and publishes each new version.
@@ -21,51 +17,10 @@ supplies ``prepare(wave, version)`` and ``execute(wave, version, prepared)``
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
-
-
-class BusyClock:
-  """Union of busy intervals; idle fraction of a window (thread-safe)."""
-
-  def __init__(self):
-    self._lock = threading.Lock()
-    self._intervals: list[tuple[float, float]] = []
-
-  @contextlib.contextmanager
-  def busy(self):
-    start = time.perf_counter()
-    try:
-      yield
-    finally:
-      self.record(start, time.perf_counter())
-
-  def record(self, start: float, end: float) -> None:
-    """Adds the busy interval [start, end] (``time.perf_counter`` seconds)."""
-    with self._lock:
-      self._intervals.append((start, end))
-
-  def idle_fraction(self, start: float, end: float) -> float:
-    """Fraction of [start, end] covered by no busy interval; forgets intervals before start."""
-    if end <= start:
-      return 0.0
-    with self._lock:
-      self._intervals = [iv for iv in self._intervals if iv[1] > start]
-      spans = sorted((max(a, start), min(b, end)) for a, b in self._intervals if a < end)
-    covered, cur_a, cur_b = 0.0, None, None
-    for a, b in spans:
-      if cur_b is None or a > cur_b:
-        if cur_b is not None:
-          covered += cur_b - cur_a
-        cur_a, cur_b = a, b
-      else:
-        cur_b = max(cur_b, b)
-    if cur_b is not None:
-      covered += cur_b - cur_a
-    return max(0.0, 1.0 - covered / (end - start))
 
 
 class Wave(NamedTuple):

@@ -16,14 +16,17 @@ project on every node (or start Ray with a matching ``runtime_env``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
 import warnings
 from collections.abc import Sequence
 
+from rlpt.config import EnvConfig
 from rlpt.data import Task
 from rlpt.rollout.envs import EnvPool
+from rlpt.rollout.pool_api import EnvironmentPool
 from rlpt.rollout.records import Graded, Prompt, Step, check_step
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -68,8 +71,8 @@ def _default_auth_notice(record: logging.LogRecord) -> bool:
 class _ActorBody:
   """What runs inside each Ray actor: a local EnvPool and its live episodes."""
 
-  def __init__(self, domains, pool_kwargs):
-    self.pool = EnvPool(domains, **pool_kwargs)
+  def __init__(self, domains, cfg, pool_kwargs):
+    self.pool = EnvPool(domains, cfg, **pool_kwargs)
     self.episodes = {}
     self._ids = itertools.count()
 
@@ -126,25 +129,27 @@ class RemoteEpisode:
     self.env_base = self.env_s = 0.0
 
 
-class RayEnvPool:
-  """``EnvPool``'s interface (start / step / abandon / reset / stats / close) on Ray actors.
+class RayEnvPool(EnvironmentPool):
+  """The `EnvironmentPool` interface on Ray actors.
 
-  address: a Ray cluster to join ("" starts a local one on this machine).
-  actors: number of Ray actors (`_ActorBody`); each runs ``workers`` cheap-class and
-  ``sandbox_workers`` sandbox-class threads. Other keyword arguments go to
-  each actor's `EnvPool`.
+  ``cfg``: the run's ``env`` section: ``ray_address``, a Ray cluster to join
+  ("" starts a local one on this machine), ``ray_actors`` Ray actors
+  (`_ActorBody`), each an `EnvPool` of that section (``workers`` cheap-class
+  and ``sandbox_workers`` sandbox-class threads). ``max_attempts``,
+  ``max_turns``, ``files``: as `EnvPool`.
   """
 
-  def __init__(self, domains: Sequence[str], workers: int = 4, *, address: str = "",
-               actors: int = 2, **pool_kwargs):
+  def __init__(self, domains: Sequence[str], cfg: EnvConfig = EnvConfig(), *,
+               max_attempts: int = 1, max_turns: int = 0, files: Sequence[str] = ()):
     import ray
 
+    pool_kwargs = dict(max_attempts=max_attempts, max_turns=max_turns, files=tuple(files))
     # Fail here, with the pool's own error, on unknown domains or bad options.
-    EnvPool(domains, workers=1, **pool_kwargs).close()
+    EnvPool(domains, dataclasses.replace(cfg, workers=1), **pool_kwargs).close()
     self._ray = ray
-    self._owns_ray = start_ray(address, actors)
-    self._domains = list(domains)
-    self._pool_kwargs = dict(workers=workers, **pool_kwargs)
+    self._owns_ray = start_ray(cfg.ray_address, cfg.ray_actors)
+    self._domains, self._cfg, self._pool_kwargs = list(domains), cfg, pool_kwargs
+    actors = cfg.ray_actors
     self._actor_cls = ray.remote(num_cpus=0, max_concurrency=4)(_ActorBody)
     self.actors = [self._new_actor() for _ in range(actors)]
     ray.get([a.ping.remote() for a in self.actors])
@@ -152,7 +157,7 @@ class RayEnvPool:
     self._counts = {"actor_restarts": 0, "rebuilt_episodes": 0}
 
   def _new_actor(self):
-    return self._actor_cls.remote(self._domains, self._pool_kwargs)
+    return self._actor_cls.remote(self._domains, self._cfg, self._pool_kwargs)
 
   def _replace(self, i: int) -> None:
     try:
@@ -234,7 +239,7 @@ class RayEnvPool:
     return out  # type: ignore[return-value]
 
   def submit(self, episodes: Sequence[RemoteEpisode], actions: Sequence[str]) -> CompletedSteps:
-    """``EnvPool.submit``'s interface; a Ray batch is stepped as a whole (one
+    """``EnvironmentPool.submit``; a Ray batch is stepped as a whole (one
     call per actor), so each submitted batch's steps come back together."""
     return CompletedSteps(self, episodes, actions)
 

@@ -1,6 +1,6 @@
 """Where a run's training batches come from: `RolloutSource`.
 
-    rollout = make_rollout_source(...)             # synchronous, or AsyncRolloutSource
+    rollout = make_rollout_source(SourceConfig.from_train(cfg), ctx, model, policy)
     batch, metrics = rollout.next_batch(step)      # graded RolloutBatch for update ``step``
     ...                                            # the update
     metrics |= rollout.publish(step, weights)      # new weights to the sampler; curriculum
@@ -29,23 +29,19 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh
 
-from rlpt.config import (CurriculumConfig, DomainsConfig, EnvConfig, RLConfig, RolloutConfig,
-                         SpeculativeConfig)
 from rlpt.curriculum import domain_metrics, sampler_from_config
 from rlpt.curriculum.signal import flat_sums, pop_sums, signal_metrics, signal_sums
 from rlpt.data import TaskSampler, TaskStream
-from rlpt.keys import run_key
-from rlpt.models import ModelConfig
+from rlpt.device import RunContext
 from rlpt.rl import fill_groups, groups_with_signal
 from rlpt.rollout.batch import RolloutBatch, build_sequences, encode_prompts
+from rlpt.rollout.pool_api import EnvironmentPool
 from rlpt.rollout.pools import make_env_pool
 from rlpt.rollout.episodes import EpisodeBatch, EpisodeRunner
 from rlpt.rollout.generation import RolloutSampling
-from rlpt.rollout.pipeline import BusyClock
+from rlpt.rollout.sections import SampledModel, SourceConfig
 from rlpt.sampling import SamplingParams
-from rlpt.sharding import Rules
 
 log = logging.getLogger(__name__)
 
@@ -58,33 +54,26 @@ class RolloutSource:
   """Synchronous rollout: the batch of update s is played when asked for, with
   the weights published after update s - 1.
 
-  ``policy``: returns the policy's current full parameters (training layout);
-  the speculative draft distils from it. ``modes``: the sampling settings to
-  compile (the rollout's first, then evaluation's).
+  ``model``: the policy as the samplers see it; ``policy``: returns its
+  current full parameters (training layout), which the speculative draft
+  distils from. ``pool``: the environments (default: from ``cfg.env``).
   """
 
-  def __init__(self, rollout: RolloutConfig, rl: RLConfig, speculative: SpeculativeConfig,
-               env: EnvConfig, domains: DomainsConfig, curriculum: CurriculumConfig, *,
-               seed: int, steps: int, graphdef: nnx.GraphDef, model_cfg: ModelConfig, tokenizer,
-               mesh: Mesh, sample_rules: Rules, sample_shardings,
-               modes: tuple[SamplingParams, ...], busy: BusyClock,
-               policy: Callable[[], nnx.State]):
-    self.cfg, self.rl, self.speculative, self.domains = rollout, rl, speculative, domains
-    self.seed, self.tokenizer, self.busy, self._policy = seed, tokenizer, busy, policy
-    self.sampling = modes[0]
+  def __init__(self, cfg: SourceConfig, ctx: RunContext, model: SampledModel,
+               policy: Callable[[], nnx.State], pool: EnvironmentPool | None = None):
+    rollout = cfg.rollout
+    self.cfg, self.rl, self.speculative, self.domains = rollout, cfg.rl, cfg.speculative, cfg.domains
+    self.ctx, self.seed, self.tokenizer, self._policy = ctx, ctx.seed, ctx.tokenizer, policy
+    self.sampling = cfg.sampling
     self.step = 0  # the last update whose weights were published
-    self.samplers = RolloutSampling(rollout, speculative, graphdef, model_cfg, tokenizer, mesh,
-                               sample_rules, sample_shardings, modes, busy,
-                               draft_key=run_key(seed, "draft_init"), total_steps=steps)
-    self.pool = make_env_pool(env, domains, rollout)
-    self.episode_runner = EpisodeRunner(
-        self.pool, tokenizer, max_prompt_len=rollout.max_prompt_len,
-        max_new_tokens=rollout.max_new_tokens, stop_ids=self.samplers.sampler.stop_ids,
-        bucket=PROMPT_BUCKET, interleave=rollout.interleave_turns)
+    self.samplers = RolloutSampling(cfg, ctx, model)
+    self.pool = pool if pool is not None else make_env_pool(cfg.env, cfg.domains, rollout)
+    self.episode_runner = EpisodeRunner(self.pool, ctx.tokenizer, rollout,
+                                        self.samplers.sampler.stop_ids, PROMPT_BUCKET)
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
-    self.task_stream = TaskStream(seed, rollout.prompts_per_step)
-    self.domain_sampler = sampler_from_config(curriculum, domains)
+    self.task_stream = TaskStream(ctx.seed, rollout.prompts_per_step)
+    self.domain_sampler = sampler_from_config(cfg.curriculum, cfg.domains)
     # Guards the task stream and the curriculum (asynchronous producers draw
     # while the loop updates the curriculum).
     self.curriculum_lock = threading.RLock()
@@ -105,7 +94,7 @@ class RolloutSource:
     """Update ``step`` is done: ``weights`` (sampling layout) go to the sampler,
     the results of the batch it trained on to the curriculum. Returns the
     step's rollout metrics (per domain, curriculum, pool, draft)."""
-    with self.busy.busy():
+    with self.ctx.busy.busy():
       self.set_weights(weights)
     self.step = step
     valid = self._valid(step)
@@ -143,7 +132,7 @@ class RolloutSource:
 
   def batch_key(self, step: int | None = None) -> jax.Array:
     """The key of the training batch of ``step`` (default: the next update's)."""
-    return run_key(self.seed, "rollout", self.step + 1 if step is None else step)
+    return self.ctx.key("rollout", self.step + 1 if step is None else step)
 
   def episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
                params=None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
@@ -248,7 +237,7 @@ class RolloutSource:
     spec, ro = self.samplers.speculative, self.cfg
     if spec is None or spec.warm:
       return
-    tasks = TaskSampler(self.domains.ids, seed=self.seed + 31)
+    tasks = TaskSampler(self.domains.ids, seed=self.ctx.numpy_rng("draft_tasks"))
     t = time.perf_counter()
     metrics = {}
     for i in range(self.speculative.warmup_steps):
@@ -257,7 +246,7 @@ class RolloutSource:
         ids, lengths = encode_prompts([p.text for p in prompts], self.tokenizer, ro.max_prompt_len,
                                       bucket=PROMPT_BUCKET)
         comp, logp, n = self.samplers.generate(ids, lengths, self.sampling,
-                                          run_key(self.seed, "draft_warmup", i))
+                                          self.ctx.key("draft_warmup", i))
         seq = build_sequences(ids, lengths, comp, n, logp, self.tokenizer.pad_id)
       metrics = spec.distill(self._policy(), seq.tokens, seq.loss_mask)
     spec.warm = True

@@ -21,7 +21,8 @@ from flax import nnx
 from rlpt.config import OptimConfig
 from rlpt.distill import DraftDistiller
 from rlpt.models import Transformer
-from rlpt.device import jit_spec_sampler, place_params, to_host
+from rlpt.device import RunContext, jit_spec_sampler, place_params, to_host
+from rlpt.rollout.sections import SampledModel, SourceConfig
 from rlpt.sampling.speculative import AdaptiveGamma, SpeculativeSampler
 from rlpt.sharding import state_shardings
 from rlpt.steps import make_optimizer
@@ -30,23 +31,26 @@ from rlpt.steps import make_optimizer
 class SpeculativeRollout:
   """Draft model + distiller + gamma schedule + jitted speculative programs.
 
-  layouts: {grouped: cache layout} ({False: flat} and, with prefix sharing,
-  {True: prefix layout}); ``args``: (max_prompt_len, max_new_tokens, pad,
-  stop_ids) of the run's sampler.
+  ``param_sh``: the policy's shardings as the sampler holds it (int8 or not);
+  ``layouts``: {grouped: cache layout} ({False: flat} and, with prefix
+  sharing, {True: prefix layout}).
   """
 
-  def __init__(self, spec_cfg, graphdef, model_cfg, args, layouts: dict, param_sh, mesh, rules,
-               seed: int | jax.Array, total_steps: int):
-    self.cfg = spec_cfg
-    self.graphdef, self.model_cfg, self.args, self.layouts = graphdef, model_cfg, args, layouts
-    self.param_sh, self.mesh, self.rules = param_sh, mesh, rules
-    self.draft_cfg = spec_cfg.draft_config(model_cfg)
-    self.draft_graphdef, params = nnx.split(Transformer(self.draft_cfg, nnx.Rngs(seed)))
-    self.draft_sh = state_shardings(params, mesh, rules)
-    params = place_params(params, mesh, rules)
-    steps = spec_cfg.warmup_steps + spec_cfg.distill_steps * total_steps
+  def __init__(self, cfg: SourceConfig, ctx: RunContext, model: SampledModel, param_sh,
+               layouts: dict):
+    spec_cfg, ro, tok = cfg.speculative, cfg.rollout, ctx.tokenizer
+    self.cfg, self.ctx = spec_cfg, ctx
+    self.graphdef, self.model_cfg, self.layouts = model.graphdef, model.model_cfg, layouts
+    self.args = (ro.max_prompt_len, ro.max_new_tokens, tok.pad_id, (tok.eos_id,))
+    self.param_sh, self.mesh, self.rules = param_sh, ctx.mesh, ctx.sample_rules
+    self.draft_cfg = spec_cfg.draft_config(model.model_cfg)
+    self.draft_graphdef, params = nnx.split(Transformer(self.draft_cfg,
+                                                       nnx.Rngs(ctx.key("draft_init"))))
+    self.draft_sh = state_shardings(params, self.mesh, self.rules)
+    params = place_params(params, self.mesh, self.rules)
+    steps = spec_cfg.warmup_steps + spec_cfg.distill_steps * cfg.steps
     self.distiller = DraftDistiller(
-        self.draft_graphdef, params, graphdef,
+        self.draft_graphdef, params, model.graphdef,
         make_optimizer(OptimConfig(learning_rate=spec_cfg.draft_lr), max(steps, 1)),
         every=spec_cfg.distill_every, steps=spec_cfg.distill_steps)
     self.schedule = (AdaptiveGamma(gamma=spec_cfg.gamma, max_gamma=spec_cfg.max_gamma,
@@ -71,8 +75,8 @@ class SpeculativeRollout:
       sampler = SpeculativeSampler(self.graphdef, self.model_cfg, self.draft_graphdef,
                                    self.draft_cfg, *self.args, gamma=self.gamma,
                                    layout=self.layouts[grouped])
-      self._fns[key] = jit_spec_sampler(sampler, sampling, self.param_sh, self.draft_sh,
-                                        self.mesh, self.rules)
+      self._fns[key] = jit_spec_sampler(self.ctx.programs, sampler, sampling, self.param_sh,
+                                        self.draft_sh, self.mesh, self.rules)
     return self._fns[key]
 
   def generate(self, params, prompts, lengths, key_data, sampling, grouped: bool = False):

@@ -14,7 +14,7 @@ import environments  # noqa: F401  (registers domains)
 from environments import registry, splits
 from environments.bounded import register_bounded
 from environments.families import reasoning_gym as rgf
-from environments.verdicts import Task, Verdict
+from environments.verdicts import Problem, Verdict
 
 factory = pytest.importorskip("reasoning_gym.factory")
 
@@ -278,7 +278,7 @@ def test_unusable_entries_are_redrawn():
     try:
         domain._cached = Fake()
         task = domain.sample(np.random.default_rng(0))
-        assert isinstance(task, Task) and (task.prompt, task.demonstration) == (good["question"], "4")
+        assert isinstance(task, Problem) and (task.prompt, task.demonstration) == (good["question"], "4")
     finally:
         domain._cached = real
 

@@ -12,7 +12,7 @@ import pytest
 import environments  # noqa: F401  (registers domains)
 from environments import env as env_module
 from environments import registry
-from environments.verdicts import Task, Verdict, passed
+from environments.verdicts import Problem, Verdict, passed
 
 
 class _Flaky(registry.Domain):
@@ -22,8 +22,8 @@ class _Flaky(registry.Domain):
         self.spec = spec
         self.release = release
 
-    def sample(self, rng: np.random.Generator) -> Task:
-        return Task(key=f"k{int(rng.integers(1000))}", prompt="say ok", demonstration="ok")
+    def sample(self, rng: np.random.Generator) -> Problem:
+        return Problem(key=f"k{int(rng.integers(1000))}", prompt="say ok", demonstration="ok")
 
     def grade(self, task, answer):
         if answer == "raise":

@@ -6,7 +6,6 @@ with metrics identical to an uninterrupted run's; its report covers every
 domain."""
 
 import csv
-import gc
 import json
 import os
 
@@ -16,7 +15,6 @@ from environments import bounded, registry
 from experiments import domains, grpo_all_domains
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.metrics import WALL_CLOCK_PREFIXES
-from rlpt.device import PROGRAMS
 from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -83,17 +81,12 @@ def test_a_run_over_every_domain_steps_evaluates_checkpoints_and_resumes(tmp_pat
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["1"]
   # The resumed run keeps at most 4 compiled programs (a long run's bound,
   # tightened): programs dropped and made again compute the same bits.
-  capacity = PROGRAMS.capacity
-  gc.collect()  # the earlier trainers' programs leave the pool uncounted
-  PROGRAMS.resize(4)
-  evictions = PROGRAMS.evictions
-  trainer = Trainer(cfg, workdir)
+  trainer = Trainer(cfg, workdir, max_programs=4)
   try:
     trainer.run()
   finally:
     trainer.close()
-    PROGRAMS.resize(capacity)
-  assert PROGRAMS.evictions - evictions >= 3  # 6 on the 2-core Xeon
+  assert trainer.ctx.programs.evictions >= 3  # 6 on the 2-core Xeon
   assert _rows(workdir) == _rows(reference)
   # The report of the resumed run (its training summary restored from the
   # checkpoint) is the uninterrupted run's, but for the environments' seconds.

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from rlpt.config import EnvConfig
 from rlpt.config import ConfigError, DomainsConfig
 from rlpt.data import Task
 from rlpt.rollout.domains import register_domain_files
@@ -42,7 +43,7 @@ def test_registered_once_and_served_by_the_pool(tmp_path):
   desc = f"rlpt/dataset-poolcaps-v0={path}:exact"
   assert register_domain_files([desc]) == (desc,)
   assert register_domain_files([desc]) == (desc,)  # again: the same registration, kept
-  pool = EnvPool(["rlpt/dataset-poolcaps-v0"], workers=1, files=[desc])
+  pool = EnvPool(["rlpt/dataset-poolcaps-v0"], EnvConfig(workers=1), files=[desc])
   try:
     eps = pool.start([Task("rlpt/dataset-poolcaps-v0", s, "train") for s in range(3)])
     steps = pool.step(eps, [e.info["demonstration"] for e in eps])

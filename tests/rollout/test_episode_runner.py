@@ -9,8 +9,10 @@ other episodes play all their turns while it is still on its first.
 import threading
 import time
 
+import gymnasium
 import numpy as np
 
+from rlpt.config import EnvConfig, RolloutConfig
 from rlpt.data import Task
 from rlpt.rollout import EnvPool
 from rlpt.rollout.episodes import EpisodeRunner
@@ -21,13 +23,24 @@ SLOW_SEED = 100
 SLOW_S = 0.6
 
 
+class SlowSeed(gymnasium.Wrapper):
+  """Steps of the task seeded SLOW_SEED take SLOW_S seconds."""
+
+  def reset(self, *, seed=None, options=None):
+    self.slow = seed == SLOW_SEED
+    return self.env.reset(seed=seed, options=options)
+
+  def step(self, action):
+    if self.slow:
+      time.sleep(SLOW_S)
+    return self.env.step(action)
+
+
 class SlowSeedPool(EnvPool):
   """An EnvPool whose steps for one task seed take SLOW_S seconds."""
 
-  def _step_job(self, episode, action, replay):
-    if episode.task.seed == SLOW_SEED:
-      time.sleep(SLOW_S)
-    return super()._step_job(episode, action, replay)
+  def make_env(self, domain):
+    return SlowSeed(super().make_env(domain))
 
 
 class FixedSampler:
@@ -49,10 +62,10 @@ class FixedSampler:
 
 def _play(interleave):
   tok = ByteTokenizer()
-  pool = SlowSeedPool([REVERSE], workers=4, max_attempts=3)
+  pool = SlowSeedPool([REVERSE], EnvConfig(workers=4), max_attempts=3)
   try:
-    runner = EpisodeRunner(pool, tok, max_prompt_len=512, max_new_tokens=8,
-                           stop_ids=[tok.eos_id], bucket=16, interleave=interleave)
+    rollout = RolloutConfig(max_prompt_len=512, max_new_tokens=8, interleave_turns=interleave)
+    runner = EpisodeRunner(pool, tok, rollout, stop_ids=[tok.eos_id], bucket=16)
     sampler = FixedSampler(tok)
     tasks = [Task(REVERSE, SLOW_SEED, "train")] + [Task(REVERSE, s, "train") for s in range(3)]
     t = time.perf_counter()

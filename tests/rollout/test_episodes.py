@@ -2,6 +2,7 @@
 
 import pytest
 
+from rlpt.config import EnvConfig
 from rlpt.data import Task
 from rlpt.rollout import EnvPool
 
@@ -14,7 +15,7 @@ def _free(pool, domain):
 
 
 def test_repair_after_feedback_in_the_same_episode():
-  pool = EnvPool([REVERSE], workers=2, max_attempts=3)
+  pool = EnvPool([REVERSE], EnvConfig(workers=2), max_attempts=3)
   try:
     task = Task(REVERSE, 5, "train")
     ep, = pool.start([task])
@@ -35,7 +36,7 @@ def test_repair_after_feedback_in_the_same_episode():
 
 
 def test_attempt_budget_truncates_unsolved():
-  pool = EnvPool([REVERSE], workers=2, max_attempts=2)
+  pool = EnvPool([REVERSE], EnvConfig(workers=2), max_attempts=2)
   try:
     ep, = pool.start([Task(REVERSE, 1, "train")])
     assert not pool.step([ep], ["q"])[0].done
@@ -46,7 +47,7 @@ def test_attempt_budget_truncates_unsolved():
 
 
 def test_single_attempt_default_ends_after_one_step():
-  pool = EnvPool([REVERSE], workers=2)
+  pool = EnvPool([REVERSE], EnvConfig(workers=2))
   try:
     eps = pool.start([Task(REVERSE, s, "eval") for s in range(4)])
     steps = pool.step(eps, ["abc"] * 4)
@@ -56,7 +57,7 @@ def test_single_attempt_default_ends_after_one_step():
 
 
 def test_tool_turns_then_graded_answer():
-  pool = EnvPool([CALC], workers=1, max_turns=3)
+  pool = EnvPool([CALC], EnvConfig(workers=1), max_turns=3)
   try:
     ep, = pool.start([Task(CALC, 3, "train")])
     turns = ep.info["demonstration_turns"]
@@ -71,7 +72,7 @@ def test_tool_turns_then_graded_answer():
 
 
 def test_abandon_returns_the_environment():
-  pool = EnvPool([REVERSE], workers=1, max_attempts=4)
+  pool = EnvPool([REVERSE], EnvConfig(workers=1), max_attempts=4)
   try:
     ep, = pool.start([Task(REVERSE, 2, "train")])
     pool.step([ep], ["q"])
@@ -82,7 +83,7 @@ def test_abandon_returns_the_environment():
 
 
 def test_environment_exception_without_retries_is_masked_not_a_wrong_answer():
-  pool = EnvPool([REVERSE], workers=1, retries=0)
+  pool = EnvPool([REVERSE], EnvConfig(workers=1, retries=0))
   try:
     ep, = pool.start([Task(REVERSE, 2, "train")])
     closed = []
@@ -101,7 +102,7 @@ def test_environment_exception_without_retries_is_masked_not_a_wrong_answer():
 
 
 def test_a_verifier_that_raises_is_masked_not_a_wrong_answer():
-  pool = EnvPool([REVERSE], workers=1, retries=0)
+  pool = EnvPool([REVERSE], EnvConfig(workers=1, retries=0))
   try:
     ep, = pool.start([Task(REVERSE, 3, "train")])
     domain = ep.env.unwrapped._domain
@@ -118,7 +119,7 @@ def test_a_verifier_that_raises_is_masked_not_a_wrong_answer():
 
 
 def test_turn_budget_is_passed_only_to_tool_domains():
-  pool = EnvPool([REVERSE, CALC], workers=1, max_attempts=2, max_turns=5)
+  pool = EnvPool([REVERSE, CALC], EnvConfig(workers=1), max_attempts=2, max_turns=5)
   try:
     a, b = pool.start([Task(REVERSE, 0, "train"), Task(CALC, 0, "train")])
     assert a.env.unwrapped.max_turns is None and a.env.unwrapped.max_attempts == 2

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from environments import sandbox
+from rlpt.config import EnvConfig
 from rlpt.data import Task
 from rlpt.rollout import EnvPool
 
@@ -29,7 +30,7 @@ def _accounted(steps):
 
 
 def test_sandbox_worker_killed_mid_batch(monkeypatch):
-  pool = EnvPool([RENAME], workers=4, retries=3, backoff_s=0.01)
+  pool = EnvPool([RENAME], EnvConfig(workers=4, retries=3, backoff_s=0.01))
   try:
     eps, demos = _demo_batch(pool, RENAME, 12)
     # Each command takes 0.4 s inside the sandbox, so the kill lands mid-job.
@@ -58,7 +59,7 @@ def test_sandbox_worker_killed_mid_batch(monkeypatch):
 
 
 def test_hung_environment_times_out_and_is_retried_on_a_replayed_env():
-  pool = EnvPool([REVERSE], workers=2, max_attempts=2, retries=1, job_timeout_s=0.5)
+  pool = EnvPool([REVERSE], EnvConfig(workers=2, retries=1, job_timeout_s=0.5), max_attempts=2)
   try:
     eps, demos = _demo_batch(pool, REVERSE, 6)
     # Turn 1: every episode fails once (so turn 2 needs the replayed state).
@@ -80,7 +81,7 @@ def test_hung_environment_times_out_and_is_retried_on_a_replayed_env():
 
 @pytest.mark.parametrize("retries", [0, 2])
 def test_environment_that_raises(retries):
-  pool = EnvPool([REVERSE], workers=2, retries=retries, backoff_s=0.01)
+  pool = EnvPool([REVERSE], EnvConfig(workers=2, retries=retries, backoff_s=0.01))
   try:
     eps, demos = _demo_batch(pool, REVERSE, 8)
     for ep in eps[:3]:
@@ -99,7 +100,7 @@ def test_environment_that_raises(retries):
 
 def test_environment_seconds_are_recorded_per_episode():
   """Each episode's environment seconds (``Step.env_s``): the signal accounting's compute."""
-  pool = EnvPool([REVERSE], workers=2)
+  pool = EnvPool([REVERSE], EnvConfig(workers=2))
   try:
     eps, demos = _demo_batch(pool, REVERSE, 4)
     step = eps[0].env.step
@@ -128,7 +129,7 @@ def test_a_reset_that_raises_is_retried_then_named(monkeypatch):
       raise SystemError("AST constructor recursion depth mismatch (before=36, after=29)")
     return reset(self, seed=seed, options=options)
   monkeypatch.setattr(TaskEnv, "reset", flaky)
-  pool = EnvPool([REVERSE], workers=2, retries=1, backoff_s=0.0)
+  pool = EnvPool([REVERSE], EnvConfig(workers=2, retries=1, backoff_s=0.0))
   try:
     eps, demos = _demo_batch(pool, REVERSE, 4)
     assert all(s.graded.success for s in pool.step(eps, demos))

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from rlpt.rollout.pipeline import AsyncRollout, BusyClock
+from rlpt.device import BusyClock
+from rlpt.rollout.pipeline import AsyncRollout
 
 
 def test_idle_fraction_against_hand_computed_union():

@@ -5,6 +5,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from rlpt.config import EnvConfig
 from rlpt.data import Task  # noqa: E402
 from rlpt.rollout import EnvPool  # noqa: E402
 from rlpt.rollout.ray_backend import RayEnvPool  # noqa: E402
@@ -14,7 +15,7 @@ DOMAINS = ["rlpt/strings-reverse-easy-v0", "rlpt/code-linear-easy-v0"]
 
 @pytest.fixture(scope="module")
 def pool():
-  p = RayEnvPool(DOMAINS, workers=2, actors=2, max_attempts=2, retries=1)
+  p = RayEnvPool(DOMAINS, EnvConfig(workers=2, ray_actors=2, retries=1), max_attempts=2)
   yield p
   p.close()
   assert not ray.is_initialized()
@@ -25,7 +26,7 @@ def _tasks(n):
 
 
 def test_same_prompts_and_grades_as_the_local_pool(pool):
-  local = EnvPool(DOMAINS, workers=2, max_attempts=2)
+  local = EnvPool(DOMAINS, EnvConfig(workers=2), max_attempts=2)
   try:
     tasks = _tasks(8)
     remote_eps, local_eps = pool.start(tasks), local.start(tasks)
@@ -72,7 +73,7 @@ def test_actors_register_the_runs_dataset_files(pool, tmp_path, monkeypatch):
   from rlpt.rollout.domains import register_domain_files
   files = register_domain_files([f"{domain}=sums.jsonl:numeric?prompt=q&answer=a"])
   assert files == (f"{domain}={tmp_path / 'sums.jsonl'}:numeric?prompt=q&answer=a",)
-  remote = RayEnvPool([domain], workers=1, actors=1, files=files)
+  remote = RayEnvPool([domain], EnvConfig(workers=1, ray_actors=1), files=files)
   try:
     eps = remote.start([Task(domain, s, "train") for s in range(4)])
     steps = remote.step(eps, [e.info["demonstration"] for e in eps])

@@ -54,10 +54,10 @@ def test_phases_chosen_from_the_shape():
 def test_a_run_resolves_auto_phases_by_its_model(tmp_path):
   """rollout.decode_phases=0 (the default): the shape's phases for dense
   attention, 1 for a blockwise model and with speculative decoding."""
-  from rlpt.config import RolloutConfig, SpeculativeConfig
+  from rlpt.config import RolloutConfig, TrainConfig
+  from rlpt.device import RunContext
   from rlpt.rollout.generation import RolloutSampling
-  from rlpt.rollout.pipeline import BusyClock
-  from rlpt.sampling import SamplingParams
+  from rlpt.rollout.sections import SampledModel, SourceConfig
   from rlpt.sharding import DEFAULT_RULES, make_mesh, state_shardings
   from rlpt.tokenizers import ByteTokenizer
   mesh = make_mesh({"data": -1})
@@ -66,10 +66,9 @@ def test_a_run_resolves_auto_phases_by_its_model(tmp_path):
   got = {}
   for name, cfg in (("dense", CFG), ("blockwise", dataclasses.replace(CFG, attention_impl="blockwise"))):
     graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(0)))
-    rs = RolloutSampling(ro, SpeculativeConfig(), graphdef, cfg, ByteTokenizer(), mesh,
-                         DEFAULT_RULES, state_shardings(params, mesh, DEFAULT_RULES),
-                         (SamplingParams(1.0),), BusyClock(), draft_key=jax.random.key(0),
-                         total_steps=1)
+    ctx = RunContext(mesh, DEFAULT_RULES, DEFAULT_RULES, seed=0, tokenizer=ByteTokenizer())
+    rs = RolloutSampling(SourceConfig.from_train(TrainConfig(rollout=ro, steps=1)), ctx,
+                         SampledModel(cfg, graphdef, state_shardings(params, mesh, DEFAULT_RULES)))
     got[name] = (rs.decode_phases, rs.sampler.decode_phases)
   assert got == {"dense": (4, 4), "blockwise": (1, 1)}
 

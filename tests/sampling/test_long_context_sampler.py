@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
-from rlpt.device import jit_sampler
+from rlpt.device import ProgramPool, jit_sampler
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import SAMPLE_RULES, make_mesh, state_shardings
 
@@ -81,7 +81,7 @@ def test_ring_sampler_over_a_sequence_sharded_cache(model):
 
   def generate(sampler, params, ids, lengths):
     sh = state_shardings(params, mesh, rules)
-    fn = jit_sampler(sampler, sampling, sh, mesh, rules)
+    fn = jit_sampler(ProgramPool(), sampler, sampling, sh, mesh, rules)
     placed = jax.device_put(params, sh)
     return fn(placed, ids, lengths, jax.random.key_data(jax.random.key(3)))
 
@@ -99,7 +99,7 @@ def test_ring_sampler_over_a_sequence_sharded_cache(model):
 
   def hlo(cfg):
     sampler = Sampler(_graphdef(cfg), cfg, P, N, PAD, (EOS,))
-    return jit_sampler(sampler, sampling, sh, mesh, rules).lower(*args).compile().as_text()
+    return jit_sampler(ProgramPool(), sampler, sampling, sh, mesh, rules).lower(*args).compile().as_text()
 
   ring_hlo, dense_hlo = hlo(ring_cfg), hlo(CFG)
   assert "collective-permute" in ring_hlo and "all-reduce" in ring_hlo

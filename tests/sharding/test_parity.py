@@ -13,7 +13,7 @@ from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
 from rlpt.rl import LossConfig, policy_objective
-from rlpt.device import (batch_sharding, host_to_global, jit_sampler, jit_step,
+from rlpt.device import (ProgramPool, batch_sharding, host_to_global, jit_sampler, jit_step,
                           place_train_state, replicated, to_host, with_rules)
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings
@@ -58,14 +58,14 @@ def _run(mesh, graphdef, params, batch):
   state, state_sh = place_train_state(params, OPT, mesh, rules)
   # One full donated, sharded optimizer update (supervised loss: its signature
   # is stable while the RL step grows).
-  step = jit_step(sft_train_step, state_sh, (bs2, bs2), mesh, rules, graphdef=graphdef,
+  step = jit_step(ProgramPool(), sft_train_step, state_sh, (bs2, bs2), mesh, rules, graphdef=graphdef,
                   optimizer=OPT)
   state, metrics = step(state, host_to_global(batch.tokens, bs2),
                         host_to_global(batch.loss_mask, bs2))
 
   sampler = Sampler(graphdef, CFG, 8, 6, 0, (1,))
   sample_sh = state_shardings(params, mesh, SAMPLE_RULES)
-  generate = jit_sampler(sampler, SAMPLING, sample_sh, mesh, SAMPLE_RULES)
+  generate = jit_sampler(ProgramPool(), sampler, SAMPLING, sample_sh, mesh, SAMPLE_RULES)
   prompts = batch.tokens[:, :8]
   lengths = np.array([8, 5, 3, 8, 2, 7, 6, 4], np.int32)
   key = np.asarray(jax.random.key_data(jax.random.key(7)))

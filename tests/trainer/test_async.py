@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from benchmarks.slow_envs import SlowEnvPool
 from experiments import grpo_default
 from rlpt.config import TrainConfig, from_config_dict
 from tests.bases import base_cache_dir
@@ -24,9 +25,9 @@ def _run(tmp, name, staleness, steps, latency=0.0, domain_staleness=None, dynami
   cd.rollout.staleness = staleness
   if domain_staleness:
     cd.rollout.domain_staleness = domain_staleness
-  cd.env.latency_s = latency
   cd.base.cache_dir = base_cache_dir()
-  t = Trainer(from_config_dict(TrainConfig, cd), str(tmp / name))
+  cfg = from_config_dict(TrainConfig, cd)
+  t = Trainer(cfg, str(tmp / name), env_pool=SlowEnvPool.from_train(cfg, latency_s=latency))
   try:
     return [t.train_step() for _ in range(steps)]
   finally:
