@@ -18,7 +18,8 @@ from flax import nnx
 
 from rlpt.config import OptimConfig
 from rlpt.models import causal_mask, init_cache
-from rlpt.models.lora import LoraConfig, apply_lora
+from rlpt.config.model import LoraConfig
+from rlpt.models.lora import apply_lora
 from rlpt.rl import (LossConfig, LossCounts, ValueLossConfig, entropy_from_logits,
                      policy_objective, value_objective)
 from rlpt.sampling.logits import SamplingParams, token_logprobs

@@ -2,7 +2,8 @@
 
 Packages (and top-level modules) of rlpt sit in three layers, lowest first:
 
-  pure          configs, models, attention, sharding rules, sampling kernels, RL
+  pure          configs (a leaf, with the registries of names), models, attention,
+                sharding rules, sampling kernels, RL
                 estimators and losses, training steps, curricula, data, checkpoints
   device        rlpt.device: processes, placement, transfers, compiled programs
   orchestration actor, rollout, evaluation, pre-training and the trainer
@@ -20,7 +21,8 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rlpt")
 LAYERS = {
     "pure": {"attention", "checkpoint", "config", "curriculum", "data", "distill", "keys", "metrics",
-             "models", "packing", "rl", "sampling", "sharding", "steps", "tokenizers", "update"},
+             "models", "packing", "registry", "rl", "sampling", "sharding", "steps", "tokenizers",
+             "update"},
     "device": {"device"},
     "orchestration": {"actor", "evaluation", "pretrain", "rollout", "trainer"},
 }
@@ -149,6 +151,22 @@ def _scratch(tmp_path, files: dict[str, str]) -> str:
 def test_the_contract_catches_what_it_forbids(tmp_path, files, expected):
   found = violations(_scratch(tmp_path, files))
   assert any(expected in v for v in found), found
+
+
+# The leaves: the config imports nothing of rlpt but the registries of names it
+# checks, and they import nothing of rlpt at all.
+LEAVES = {"config": {"config", "registry"}, "registry": {"registry"}}
+
+
+def test_config_and_registry_are_leaves():
+  reached = {}
+  for module, path in _modules().items():
+    unit = _unit(module)
+    if unit in LEAVES:
+      for target, line, _ in _imports(module, path):
+        if _unit(target) not in LEAVES[unit]:
+          reached[f"{os.path.relpath(path, os.path.dirname(ROOT))}:{line}"] = target
+  assert reached == {}
 
 
 def test_environments_import_neither_jax_nor_rlpt():

@@ -21,7 +21,8 @@ from rlpt.attention.ring import (
     to_zigzag,
     zigzag_indices,
 )
-from rlpt.attention.rope import RopeScaling, apply_rope_with_frequencies, rope_frequencies
+from rlpt.attention.rope import apply_rope_with_frequencies, rope_frequencies
+from rlpt.config.model import RopeScaling
 
 __all__ = [
     "IMPLS",

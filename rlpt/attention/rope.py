@@ -18,47 +18,12 @@ rotate-halves layout as ``rlpt.models.transformer.apply_rope``, so with
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 
-ROPE_SCALING_KINDS = ("none", "linear", "llama3")
-
-
-@dataclasses.dataclass(frozen=True)
-class RopeScaling:
-  """How to stretch RoPE to a longer context.
-
-  Attributes:
-    kind: "none", "linear" or "llama3".
-    factor: context extension factor (>= 1); Llama 3.1 uses 8.
-    low_freq_factor: llama3 only; wavelengths above original/low are fully scaled.
-    high_freq_factor: llama3 only; wavelengths below original/high are kept.
-    original_max_position: llama3 only; the context length of pre-training.
-  """
-
-  kind: str = "none"
-  factor: float = 1.0
-  low_freq_factor: float = 1.0
-  high_freq_factor: float = 4.0
-  original_max_position: int = 8192
-
-  def __post_init__(self):
-    if self.kind not in ROPE_SCALING_KINDS:
-      raise ValueError(f"rope scaling kind must be one of {ROPE_SCALING_KINDS}, got '{self.kind}'.")
-    if not self.factor >= 1.0:
-      raise ValueError(f"rope scaling factor must be >= 1, got {self.factor}.")
-    if self.kind == "llama3":
-      if not 0 < self.low_freq_factor < self.high_freq_factor:
-        raise ValueError(
-            f"llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got "
-            f"{self.low_freq_factor} and {self.high_freq_factor}.")
-      if self.original_max_position <= 0:
-        raise ValueError(f"llama3 rope scaling original_max_position must be positive, got "
-                         f"{self.original_max_position}.")
-
+from rlpt.config.model import RopeScaling
 
 def rope_frequencies(head_dim: int, theta: float,
                      scaling: RopeScaling | None = None) -> jax.Array:

@@ -11,9 +11,17 @@ Layout: ``schema`` (the generic machinery: ``from_config_dict``,
 ``sections`` (sections shared by experiments), ``pretrain`` (PretrainConfig),
 ``rl_sections``, ``run_sections`` and ``train`` (the sections of an RL run and
 TrainConfig),
-``plan`` (PlanConfig). Everything is imported from ``rlpt.config``.
+``plan`` (PlanConfig); ``model`` (ModelConfig, RopeScaling, LoraConfig),
+``rules`` (the mesh and logical axes, the rules tables), ``losses``
+(LossConfig, ValueLossConfig): the configs the pure code below reads.
+Everything is imported from ``rlpt.config``.
+
+A leaf: nothing here imports rlpt beyond this package and `rlpt.registry`,
+through which names (losses, estimators, strategies) are checked.
 """
 
+from rlpt.config.losses import LossConfig, ValueLossConfig
+from rlpt.config.model import LoraConfig, ModelConfig, RopeScaling
 from rlpt.config.plan import PlanConfig
 from rlpt.config.pretrain import PretrainConfig
 from rlpt.config.rl_sections import (
@@ -43,6 +51,11 @@ from rlpt.config.sections import (
 from rlpt.config.train import TrainConfig
 
 __all__ = [
+    "LoraConfig",
+    "LossConfig",
+    "ModelConfig",
+    "RopeScaling",
+    "ValueLossConfig",
     "ConfigError",
     "default_config_dict",
     "from_config_dict",

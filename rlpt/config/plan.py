@@ -6,7 +6,7 @@ import dataclasses
 
 from rlpt.config.schema import _require
 from rlpt.config.sections import MeshConfig, ShardingConfig
-from rlpt.models import ModelConfig
+from rlpt.config.model import ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)

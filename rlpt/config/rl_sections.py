@@ -9,9 +9,7 @@ import dataclasses
 
 from rlpt.config.schema import ConfigError, _require
 from rlpt.config.sections import OptimConfig
-from rlpt.models import ModelConfig
-from rlpt.models.config import ATTENTION_IMPLS
-from rlpt.models.lora import LoraConfig
+from rlpt.config.model import ATTENTION_IMPLS, LoraConfig, ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)

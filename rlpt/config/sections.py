@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from rlpt.config.schema import ConfigError, _require
-from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, check_rules
+from rlpt.config.rules import DEFAULT_RULES, SAMPLE_RULES, check_rules
 
 
 @dataclasses.dataclass(frozen=True)

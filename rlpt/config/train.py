@@ -16,9 +16,9 @@ from rlpt.config.rl_sections import (
 from rlpt.config.run_sections import CheckpointConfig, CurriculumConfig, EvalConfig
 from rlpt.config.schema import ConfigError, _require
 from rlpt.config.sections import DomainsConfig, MeshConfig, OptimConfig, ShardingConfig
-from rlpt.curriculum import sampler_from_config
-from rlpt.rl import (ADVANTAGE_ESTIMATORS, LossConfig, ValueLossConfig, is_group_baseline, lookup,
-                     needs_value_model)
+from rlpt.config.losses import LossConfig, ValueLossConfig
+from rlpt.registry import (ADVANTAGE_ESTIMATORS, CONFIG_CHECKS, is_group_baseline, lookup,
+                           needs_value_model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +55,11 @@ class TrainConfig:
       _require(self.rollout.group_size >= 2,
                f"rollout.group_size must be >= 2 for {self.rl.advantage} (advantages are "
                f"relative to the group), got {self.rollout.group_size}.")
-    try:
-      sampler_from_config(self.curriculum, self.domains)  # checks strategy, params and weights
-    except ValueError as e:
-      raise ConfigError(str(e)) from e
+    for check in CONFIG_CHECKS.values():  # e.g. the curriculum's strategy, params and weights
+      try:
+        check(self)
+      except ValueError as e:
+        raise ConfigError(str(e)) from e
     if self.lora.rank:
       _require(self.sharding.reference_memory == "device",
                "lora.rank > 0 reads the frozen base (the reference) in every update; set "

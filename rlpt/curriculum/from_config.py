@@ -6,6 +6,7 @@ from __future__ import annotations
 from rlpt.curriculum.difficulty import DifficultyLadders
 from rlpt.curriculum.samplers import (ADAPTIVE_STRATEGIES, DIFFICULTY_PARAMS, DomainSampler,
                                       make_domain_sampler)
+from rlpt.registry import CONFIG_CHECKS
 
 
 def sampler_from_config(curriculum, domains) -> DomainSampler:
@@ -50,3 +51,10 @@ def sampler_from_config(curriculum, domains) -> DomainSampler:
                                **params)
   except ValueError as e:
     raise ValueError(f"curriculum: {e}") from None
+
+
+@CONFIG_CHECKS.register("curriculum")
+def check_curriculum(cfg) -> None:
+  """A run config's ``curriculum`` over its ``domains``: builds the sampler once
+  (strategy, params, weights, priorities), raising ValueError on a mistake."""
+  sampler_from_config(cfg.curriculum, cfg.domains)

@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rlpt.curriculum.shares import check_share_bounds, project_capped_simplex
-from rlpt.rl.registry import Registry, lookup
+from rlpt.registry import DOMAIN_SAMPLERS, lookup
 
-DOMAIN_SAMPLERS = Registry("domain sampling strategy")
 
 
 def _check_cover(what: str, mapping: Mapping[str, float], domains: Sequence[str],

@@ -1,7 +1,7 @@
 """Decoder-only transformer policy and value models (Flax NNX)."""
 
 from rlpt.models.cache import KVCache, causal_mask, init_cache, write_kv
-from rlpt.models.config import ModelConfig
+from rlpt.config.model import ModelConfig
 from rlpt.models.transformer import Decoder, Transformer, ValueModel
 
 __all__ = [

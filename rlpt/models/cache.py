@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.config import ModelConfig
+from rlpt.config.model import ModelConfig
 
 
 class KVCache(NamedTuple):

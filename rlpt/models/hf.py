@@ -46,7 +46,7 @@ import ml_dtypes
 import numpy as np
 from flax import nnx
 
-from rlpt.models.config import ModelConfig
+from rlpt.config.model import ModelConfig
 from rlpt.models.hf_config import (
     FAMILIES,
     MODEL_TYPES,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 
-from rlpt.attention.rope import RopeScaling
-from rlpt.models.config import ModelConfig
+from rlpt.config.model import RopeScaling
+from rlpt.config.model import ModelConfig
 
 # config.json model_type -> rlpt family name.
 MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",

@@ -21,7 +21,7 @@ import sys
 
 from flax import nnx
 
-from rlpt.models.config import ModelConfig
+from rlpt.config.model import ModelConfig
 from rlpt.models.hf import save_hf_checkpoint
 from rlpt.models.transformer import Transformer
 

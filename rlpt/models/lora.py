@@ -22,7 +22,6 @@ starts exactly at the base.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -32,39 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rlpt.config.model import LORA_TARGETS as TARGETS
+from rlpt.config.model import LoraConfig
 from rlpt.models.hf import SafetensorsReader, write_safetensors
-
-# rlpt weight -> (sub-module, number of leading input dims, HF module name).
-TARGETS = {
-    "wq": ("attn", 1, "self_attn.q_proj"), "wk": ("attn", 1, "self_attn.k_proj"),
-    "wv": ("attn", 1, "self_attn.v_proj"), "wo": ("attn", 2, "self_attn.o_proj"),
-    "w_gate": ("mlp", 1, "mlp.gate_proj"), "w_up": ("mlp", 1, "mlp.up_proj"),
-    "w_down": ("mlp", 1, "mlp.down_proj"),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class LoraConfig:
-  """rank: r; alpha: the update is scaled by alpha / rank; targets: keys of TARGETS."""
-
-  rank: int = 8
-  alpha: float = 16.0
-  targets: tuple[str, ...] = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
-
-  def __post_init__(self):
-    if self.rank <= 0:
-      raise ValueError(f"lora.rank must be positive, got {self.rank}.")
-    if self.alpha <= 0:
-      raise ValueError(f"lora.alpha must be positive, got {self.alpha}.")
-    bad = [t for t in self.targets if t not in TARGETS]
-    if bad or not self.targets:
-      raise ValueError(f"lora.targets {self.targets} must be a non-empty subset of "
-                       f"{tuple(TARGETS)}.")
-
-  @property
-  def scale(self) -> float:
-    return self.alpha / self.rank
-
 
 def _weight(params: nnx.State, layer: int, target: str) -> nnx.Variable:
   return params["decoder"]["blocks"][layer][TARGETS[target][0]][target]

@@ -21,7 +21,7 @@ from rlpt.attention import attention, attention_mask, rope_frequencies
 from rlpt.attention.decode import sharded_decode_attention
 from rlpt.attention.rope import apply_rope_with_frequencies
 from rlpt.models.cache import KVCache, write_kv
-from rlpt.models.config import ModelConfig
+from rlpt.config.model import ModelConfig
 from rlpt.sharding import constrain
 
 

@@ -23,8 +23,6 @@ from rlpt.rl.advantages import (
     gae_BxT,
     grpo_advantages,
     masked_whiten,
-    is_group_baseline,
-    needs_value_model,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     rloo_advantages,
@@ -61,7 +59,7 @@ from rlpt.rl.losses import (
     policy_objective,
     truncated_is_weights,
 )
-from rlpt.rl.registry import lookup
+from rlpt.registry import is_group_baseline, lookup, needs_value_model
 from rlpt.rl.value import ValueLossConfig, value_objective
 
 __all__ = [

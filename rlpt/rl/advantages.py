@@ -23,22 +23,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlpt.rl.registry import Registry, lookup
+from rlpt.registry import ADVANTAGE_ESTIMATORS, lookup
 
-ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
 
 # Facts recorded where each estimator is registered:
 #   group_baseline: its advantages are relative to the group (needs group_size >= 2);
 #   with_returns: it needs a value model, and this function gives (adv_BxT, returns_BxT)
 #     from AdvantageInputs' fields; the trainer builds a critic only for these.
-
-
-def needs_value_model(name: str) -> bool:
-  return ADVANTAGE_ESTIMATORS.fact(name, "with_returns") is not None
-
-
-def is_group_baseline(name: str) -> bool:
-  return bool(ADVANTAGE_ESTIMATORS.fact(name, "group_baseline", False))
+# (rlpt.registry.is_group_baseline and needs_value_model read them.)
 
 
 def _grouped(rewards_B, group_size, valid_B):

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from rlpt.rl.losses import kl_estimate
-from rlpt.rl.registry import Registry, lookup
+from rlpt.registry import KL_CONTROLLERS, lookup
 
 
 def kl_reward_penalty_BxT(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Array,
@@ -50,7 +50,6 @@ def kl_penalized_rewards_B(rewards_B: jax.Array, logp_BxT: jax.Array, ref_logp_B
                                                               estimator)
 
 
-KL_CONTROLLERS = Registry("KL controller")
 
 
 @KL_CONTROLLERS.register("fixed")

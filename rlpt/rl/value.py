@@ -8,36 +8,12 @@ loss layout (position t holds V of the state before generated token t+1),
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 
-from rlpt.rl.losses import AGGREGATIONS, aggregate
-from rlpt.rl.registry import lookup
-
-
-@dataclasses.dataclass(frozen=True)
-class ValueLossConfig:
-  """Hyperparameters of the value objective (static in the jitted step).
-
-  value_clip: eps_v of the clipped value loss; None disables clipping. Unlike
-    the policy's ratio clip it is in reward units, so it depends on the reward
-    scale.
-  aggregation: one of ``AGGREGATIONS``, normalised by global counts.
-  norm_len: fixed length for ``seq-mean-token-sum-norm`` (None: T).
-  """
-
-  value_clip: float | None = 0.2
-  aggregation: str = "token-mean"
-  norm_len: int | None = None
-
-  def __post_init__(self):
-    lookup(AGGREGATIONS, self.aggregation)
-    if self.value_clip is not None and not self.value_clip > 0:
-      raise ValueError(f"value_clip must be > 0 (or None to disable), got {self.value_clip}.")
-    if self.norm_len is not None and self.norm_len < 1:
-      raise ValueError(f"norm_len must be >= 1 (or None for T), got {self.norm_len}.")
+from rlpt.rl.losses import aggregate
+from rlpt.config.losses import ValueLossConfig
 
 
 def value_objective(values_BxT, old_values_BxT, returns_BxT, mask_BxT, cfg: ValueLossConfig,

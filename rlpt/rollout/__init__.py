@@ -3,7 +3,7 @@
 from rlpt.rollout.batch import (SequenceBatch, build_episode_sequences, build_sequences,
                                 encode_prompts, pad_contexts)
 from rlpt.rollout.envs import EnvPool
-from rlpt.rollout.records import Episode, Graded, Prompt, Step
+from rlpt.rollout.records import Episode, Outcome, Prompt, Step
 
 __all__ = ["SequenceBatch", "build_episode_sequences", "build_sequences", "encode_prompts",
-           "pad_contexts", "EnvPool", "Episode", "Graded", "Prompt", "Step"]
+           "pad_contexts", "EnvPool", "Episode", "Outcome", "Prompt", "Step"]

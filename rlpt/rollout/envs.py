@@ -42,14 +42,14 @@ from rlpt.config import EnvConfig
 from rlpt.data import Task
 from rlpt.rollout.domains import register_domain_files
 from rlpt.rollout.pool_api import EnvironmentPool
-from rlpt.rollout.records import Episode, Graded, Prompt, Step, check_step
+from rlpt.rollout.records import Episode, Outcome, Prompt, Step, check_step
 from rlpt.rollout.scheduler import JobScheduler, JobTimeout
 
 SANDBOX, CHEAP = "sandbox", "cheap"
 
 
-def _infra_failure(e: BaseException) -> Graded:
-  return Graded(0.0, False, "SANDBOX_ERROR", True, {"feedback": f"{type(e).__name__}: {e}"})
+def _infra_failure(e: BaseException) -> Outcome:
+  return Outcome(0.0, False, "SANDBOX_ERROR", True, {"feedback": f"{type(e).__name__}: {e}"})
 
 
 class EnvPool(EnvironmentPool):
@@ -208,7 +208,7 @@ class EnvPool(EnvironmentPool):
         ep.env.close()
       ep.env = env
       obs, reward, _, _, info = result
-      failure = Graded(ep.reward + float(reward), False, str(info.get("verdict", "")), True, info)
+      failure = Outcome(ep.reward + float(reward), False, str(info.get("verdict", "")), True, info)
     return self._fail(ep, failure)
 
   def _finish(self, episode: Episode, action: str, result, env, seconds: float) -> Step:
@@ -224,7 +224,7 @@ class EnvPool(EnvironmentPool):
     episode.env_s += seconds
     with self._lock:
       self._latency[episode.task.domain].append(seconds)
-    graded = Graded(episode.reward, bool(info.get("success", reward >= 1.0)),
+    graded = Outcome(episode.reward, bool(info.get("success", reward >= 1.0)),
                     str(info.get("verdict", "")), bool(info.get("infra_error", False)), info)
     if episode.done:
       self._release(episode.task.domain, episode.env)
@@ -232,7 +232,7 @@ class EnvPool(EnvironmentPool):
       obs = ""
     return Step(obs, episode.done, graded, episode.env_s)
 
-  def _fail(self, episode: Episode, graded: Graded) -> Step:
+  def _fail(self, episode: Episode, graded: Outcome) -> Step:
     """Ends an episode on an infrastructure failure; its env is not reused."""
     env, episode.env, episode.done = episode.env, None, True
     if env is not None:

@@ -45,7 +45,7 @@ from rlpt.rollout.pool_api import EnvironmentPool
 
 class EpisodeBatch(NamedTuple):
   seq: SequenceBatch   # the conversations as one right-padded token batch
-  final: list          # each episode's last Graded verdict
+  final: list          # each episode's last Outcome verdict
   stats: dict          # per-episode arrays: turns, env_s, generated, overflow, last_len, stopped
   metrics: dict        # the rollout's: time/reset, time/generate, time/environments (s); rollout/sampler_calls
 

@@ -27,7 +27,7 @@ from rlpt.config import EnvConfig
 from rlpt.data import Task
 from rlpt.rollout.envs import EnvPool
 from rlpt.rollout.pool_api import EnvironmentPool
-from rlpt.rollout.records import Graded, Prompt, Step, check_step
+from rlpt.rollout.records import Outcome, Prompt, Step, check_step
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -234,7 +234,7 @@ class RayEnvPool(EnvironmentPool):
       if out[k] is None:  # actors kept dying: account for the sample as masked
         episodes[k].done = True
         self._load[episodes[k].actor] -= 1
-        out[k] = Step("", True, Graded(episodes[k].reward, False, "SANDBOX_ERROR", True,
+        out[k] = Step("", True, Outcome(episodes[k].reward, False, "SANDBOX_ERROR", True,
                                        {"feedback": "environment actor lost three times"}))
     return out  # type: ignore[return-value]
 

@@ -15,7 +15,12 @@ class Prompt(NamedTuple):
   info: dict
 
 
-class Graded(NamedTuple):
+class Outcome(NamedTuple):
+  """What an episode has come to after a step, as the trainer scores it: the
+  reward so far, success, the environment's verdict (its `environments.Grade`
+  in the trainer's terms), whether infrastructure failed (the sample is
+  masked, never scored), and the step's info."""
+
   reward: float
   success: bool
   verdict: str
@@ -48,7 +53,7 @@ class Step(NamedTuple):
 
   observation: str
   done: bool
-  graded: Graded
+  graded: Outcome
   env_s: float = 0.0
 
 

@@ -5,19 +5,16 @@ Model code names only logical axes (``batch``, ``seq``, ``embed``, ``heads``,
 mesh axes. Changing how a model is laid out on a pod is a change to the rules,
 never to the model. Two tables: ``DEFAULT_RULES`` (training: FSDP + tensor) and
 ``SAMPLE_RULES`` (sampling: tensor only); runs take theirs from
-``TrainConfig.sharding``. ``rlpt.device.memory`` plans per-device bytes on
+``TrainConfig.sharding`` (the tables and their check live in ``rlpt.config.rules``).
+``rlpt.device.memory`` plans per-device bytes on
 abstract meshes.
 """
 
-from rlpt.sharding.mesh import MESH_AXES, make_mesh
+from rlpt.config.rules import DEFAULT_RULES, LOGICAL_AXES, MESH_AXES, SAMPLE_RULES, Rules, check_rules
+from rlpt.sharding.mesh import make_mesh
 from rlpt.sharding.rules import (
-    DEFAULT_RULES,
     KV_CACHE_AXES,
     K_CACHE_AXES,
-    LOGICAL_AXES,
-    SAMPLE_RULES,
-    Rules,
-    check_rules,
     constrain,
     logical_to_spec,
     named_sharding,

@@ -8,9 +8,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-# Fixed axis order: data outermost (cheapest collectives across slices),
-# tensor innermost (most communication, wants the fastest links).
-MESH_AXES = ("data", "fsdp", "sequence", "tensor")
+from rlpt.config.rules import MESH_AXES
 
 
 def resolve_mesh_shape(shape: Mapping[str, int], num_devices: int) -> tuple[int, ...]:

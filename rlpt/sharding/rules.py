@@ -10,40 +10,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from rlpt.sharding.mesh import MESH_AXES
-
-# A rules table: (logical axis, mesh axis or tuple of mesh axes or None).
-Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
-
-# Every logical axis the models name. A rules table may map only these.
-LOGICAL_AXES = ("batch", "seq", "embed", "heads", "kv_heads", "head_dim", "mlp", "vocab")
-
-# Training layout: FSDP over `fsdp` on the embed dimension, tensor parallelism
-# over heads / mlp / vocab, batch over data x fsdp.
-DEFAULT_RULES: Rules = (
-    ("batch", ("data", "fsdp")),
-    ("seq", None),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("head_dim", None),
-    ("mlp", "tensor"),
-    ("vocab", "tensor"),
-)
-
-# Sampling layout: parameters tensor-parallel only, replicated over data and
-# fsdp, so decoding (one token per step, weight-bandwidth bound) never gathers
-# weights across the fsdp axis. Sequences still spread over data x fsdp.
-SAMPLE_RULES: Rules = (
-    ("batch", ("data", "fsdp")),
-    ("seq", None),
-    ("embed", None),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("head_dim", None),
-    ("mlp", "tensor"),
-    ("vocab", "tensor"),
-)
+from rlpt.config.rules import Rules
 
 # One layer of the KV cache in logical axes: keys [B, K, H, S], values [B, K, S, H]
 # (rlpt.models.KVCache).
@@ -51,36 +18,6 @@ KV_CACHE_AXES = ("batch", "kv_heads", "seq", "head_dim")
 K_CACHE_AXES = ("batch", "kv_heads", "head_dim", "seq")
 
 _CONTEXT = threading.local()
-
-
-def check_rules(rules: Rules, what: str = "rules", mesh_axes: Sequence[str] = MESH_AXES) -> Rules:
-  """Validates a rules table; returns it as nested tuples.
-
-  Raises a ValueError naming the offending entry for an unknown logical axis,
-  an unknown mesh axis, a duplicate logical axis or a mesh axis used twice
-  within one entry.
-  """
-  out = []
-  seen: set[str] = set()
-  for i, entry in enumerate(rules):
-    if len(entry) != 2:
-      raise ValueError(f"{what}[{i}]={entry!r}: expected a (logical axis, mesh axes) pair.")
-    name, target = entry
-    if name not in LOGICAL_AXES:
-      raise ValueError(f"{what}[{i}] names unknown logical axis '{name}'; the models use "
-                       f"{LOGICAL_AXES}.")
-    if name in seen:
-      raise ValueError(f"{what}[{i}]: logical axis '{name}' has more than one rule.")
-    seen.add(name)
-    names = () if target is None else ((target,) if isinstance(target, str) else tuple(target))
-    for a in names:
-      if a not in mesh_axes:
-        raise ValueError(f"{what}[{i}] maps '{name}' to unknown mesh axis '{a}'; mesh axes are "
-                         f"{tuple(mesh_axes)}.")
-    if len(set(names)) != len(names):
-      raise ValueError(f"{what}[{i}] maps '{name}' to {names}, repeating a mesh axis.")
-    out.append((name, None if target is None else (target if isinstance(target, str) else names)))
-  return tuple(out)
 
 
 def logical_to_spec(axes: Sequence[str | None], rules: Rules) -> PartitionSpec:

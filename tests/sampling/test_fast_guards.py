@@ -32,7 +32,7 @@ FAMILY_OPTIONS = [
 def _model(option):
   cfg = ModelConfig(**{k: v for k, v in option.items() if k != "rope_scaling"})
   if "rope_scaling" in option:
-    from rlpt.attention.rope import RopeScaling
+    from rlpt.config.model import RopeScaling
     cfg = dataclasses.replace(cfg, rope_scaling=RopeScaling(**option["rope_scaling"]))
   model = Transformer(cfg, nnx.Rngs(3))
   graphdef, params = nnx.split(model)

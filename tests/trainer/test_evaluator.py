@@ -11,7 +11,7 @@ import pytest
 from rlpt.config import EvalConfig
 from rlpt.evaluation import Evaluator
 from rlpt.keys import run_key
-from rlpt.rollout.records import Graded
+from rlpt.rollout.records import Outcome
 from rlpt.sampling import SamplingParams
 from rlpt.tokenizers import ByteTokenizer
 
@@ -28,7 +28,7 @@ class Script:
 
   def __call__(self, tasks, sampling, key):
     self.calls.append((len(tasks), sampling, jax.random.key_data(key).tolist()))
-    final = [Graded(float(t.seed % 2 == 0), t.seed % 2 == 0, "PASS" if t.seed % 2 == 0 else "FAIL",
+    final = [Outcome(float(t.seed % 2 == 0), t.seed % 2 == 0, "PASS" if t.seed % 2 == 0 else "FAIL",
                     t.domain == DOMAINS[1] and t.seed % 3 == 0, {}) for t in tasks]
     tok = ByteTokenizer()
     rows = [[tok.bos_id] + tok.encode("q?") + tok.encode(f"a{t.seed % 10}") + [tok.eos_id] for t in tasks]

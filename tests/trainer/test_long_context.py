@@ -17,7 +17,7 @@ import pytest
 
 from experiments import grpo_longctx
 from rlpt.config import TrainConfig, from_config_dict
-from rlpt.rollout import Graded
+from rlpt.rollout import Outcome
 from tests.numerics import sum_rounding_atol
 from tests.bases import base_cache_dir
 
@@ -39,7 +39,7 @@ def _first_step(tmp, impl):
   env_step = t.rollout.pool.step
 
   def step(episodes, answers):
-    return [s._replace(graded=Graded(float(len(a) % 2), bool(len(a) % 2), "PASS", False, {}))
+    return [s._replace(graded=Outcome(float(len(a) % 2), bool(len(a) % 2), "PASS", False, {}))
             for s, a in zip(env_step(episodes, answers), answers)]
 
   t.rollout.pool.step = step

@@ -8,7 +8,7 @@ import pytest
 
 from experiments import grpo_lora
 from rlpt.config import TrainConfig, from_config_dict
-from rlpt.rollout.records import Graded
+from rlpt.rollout.records import Outcome
 from tests.bases import base_cache_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,7 +28,7 @@ def trainer(tmp_path, monkeypatch):
   env_step = t.rollout.pool.step
 
   def step(episodes, answers):
-    return [s._replace(graded=Graded(float(len(a) % 2 == 0), len(a) % 2 == 0, "PASS", False, {}))
+    return [s._replace(graded=Outcome(float(len(a) % 2 == 0), len(a) % 2 == 0, "PASS", False, {}))
             for s, a in zip(env_step(episodes, answers), answers)]
 
   t.rollout.pool.step = step

@@ -1,4 +1,6 @@
-"""Shape and numerics of a decoder-only transformer."""
+"""The models' configs: the shape and numerics of a decoder-only transformer
+(`ModelConfig`, with its RoPE scaling, `RopeScaling`) and its LoRA adapters
+(`LoraConfig`). Plain data: `rlpt.models` and `rlpt.attention` build on them."""
 
 from __future__ import annotations
 
@@ -6,7 +8,41 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from rlpt.attention.rope import RopeScaling
+ROPE_SCALING_KINDS = ("none", "linear", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """How to stretch RoPE to a longer context.
+
+  Attributes:
+    kind: "none", "linear" or "llama3".
+    factor: context extension factor (>= 1); Llama 3.1 uses 8.
+    low_freq_factor: llama3 only; wavelengths above original/low are fully scaled.
+    high_freq_factor: llama3 only; wavelengths below original/high are kept.
+    original_max_position: llama3 only; the context length of pre-training.
+  """
+
+  kind: str = "none"
+  factor: float = 1.0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_position: int = 8192
+
+  def __post_init__(self):
+    if self.kind not in ROPE_SCALING_KINDS:
+      raise ValueError(f"rope scaling kind must be one of {ROPE_SCALING_KINDS}, got '{self.kind}'.")
+    if not self.factor >= 1.0:
+      raise ValueError(f"rope scaling factor must be >= 1, got {self.factor}.")
+    if self.kind == "llama3":
+      if not 0 < self.low_freq_factor < self.high_freq_factor:
+        raise ValueError(
+            f"llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got "
+            f"{self.low_freq_factor} and {self.high_freq_factor}.")
+      if self.original_max_position <= 0:
+        raise ValueError(f"llama3 rope scaling original_max_position must be positive, got "
+                         f"{self.original_max_position}.")
+
 
 # Names accepted by rlpt.attention.attention (its "cudnn" is reached through "auto").
 ATTENTION_IMPLS = ("dense", "auto", "blockwise", "sparse", "ring")
@@ -173,3 +209,35 @@ class ModelConfig:
     per_layer += 2 * d if self.post_norms else 0
     head = 0 if self.tie_embeddings else d * self.vocab_size
     return self.vocab_size * d + self.num_layers * per_layer + d + head
+
+
+# rlpt weight -> (sub-module, number of leading input dims, HF module name).
+LORA_TARGETS = {
+    "wq": ("attn", 1, "self_attn.q_proj"), "wk": ("attn", 1, "self_attn.k_proj"),
+    "wv": ("attn", 1, "self_attn.v_proj"), "wo": ("attn", 2, "self_attn.o_proj"),
+    "w_gate": ("mlp", 1, "mlp.gate_proj"), "w_up": ("mlp", 1, "mlp.up_proj"),
+    "w_down": ("mlp", 1, "mlp.down_proj"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+  """rank: r; alpha: the update is scaled by alpha / rank; targets: keys of LORA_TARGETS."""
+
+  rank: int = 8
+  alpha: float = 16.0
+  targets: tuple[str, ...] = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+  def __post_init__(self):
+    if self.rank <= 0:
+      raise ValueError(f"lora.rank must be positive, got {self.rank}.")
+    if self.alpha <= 0:
+      raise ValueError(f"lora.alpha must be positive, got {self.alpha}.")
+    bad = [t for t in self.targets if t not in LORA_TARGETS]
+    if bad or not self.targets:
+      raise ValueError(f"lora.targets {self.targets} must be a non-empty subset of "
+                       f"{tuple(LORA_TARGETS)}.")
+
+  @property
+  def scale(self) -> float:
+    return self.alpha / self.rank
