@@ -25,7 +25,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = default_config_dict(TrainConfig)
   c.seed = 0
   c.steps = 200
-  c.base.update(experiment="pretrain_base", arg="")
+  c.base.update(experiment="experiments/pretrain_base.py", arg="")
   c.domains.ids = list(domains.DEFAULT)
   # share_prefix: each group of 8 samples from its prompt's one prefilled cache.
   c.rollout.update(batch_size=128, group_size=8, max_prompt_len=72, max_new_tokens=24,

@@ -44,7 +44,7 @@ def get_config(arg: str = "16k") -> ml_collections.ConfigDict:
   c = default_config_dict(TrainConfig)
   c.seed = 0
   c.steps = 20
-  c.base.update(experiment="pretrain_base", arg="", attention_impl="ring",
+  c.base.update(experiment="experiments/pretrain_base.py", arg="", attention_impl="ring",
                 attention_block_size=512)
   c.domains.ids = [domain]
   c.mesh.update(data=1, sequence=-1)

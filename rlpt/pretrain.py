@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -136,14 +136,22 @@ def fingerprint(cfg: PretrainConfig) -> str:
   return hashlib.sha256(to_json(cfg).encode()).hexdigest()[:12]
 
 
-def load_experiment_config(name: str, arg: str = ""):
-  """``experiments/<name>.py``'s ``get_config(arg)``."""
-  try:
-    module = importlib.import_module(f"experiments.{name}")
-  except ModuleNotFoundError as e:
-    raise ValueError(f"No experiment '{name}': expected a file experiments/{name}.py "
-                     "(run from the repository root).") from e
+def load_experiment_config(path: str, arg: str = ""):
+  """``get_config(arg)`` of the config file at ``path`` (relative paths from the
+  current directory), loaded by path as ``--config`` loads one: the library
+  imports no experiments package."""
+  if not os.path.isfile(path):
+    raise ValueError(f"base.experiment={path!r}: no such config file (expected a path such as "
+                     f"experiments/pretrain_base.py, relative to {os.getcwd()}).")
+  spec = importlib.util.spec_from_file_location(f"rlpt_config_{experiment_name(path)}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
   return module.get_config(arg) if arg else module.get_config()
+
+
+def experiment_name(path: str) -> str:
+  """The name a base built by the config file ``path`` is cached under (its stem)."""
+  return os.path.splitext(os.path.basename(path))[0]
 
 
 def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES):
@@ -161,7 +169,7 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
     path = base_cfg.checkpoint
   else:
     pcfg = from_config_dict(PretrainConfig, load_experiment_config(base_cfg.experiment, base_cfg.arg))
-    name = base_cfg.experiment + (f"-{base_cfg.arg}" if base_cfg.arg else "")
+    name = experiment_name(base_cfg.experiment) + (f"-{base_cfg.arg}" if base_cfg.arg else "")
     workdir = os.path.join(base_cfg.cache_dir, f"{name}-{fingerprint(pcfg)}")
     path = os.path.join(workdir, "model")
     if not os.path.exists(os.path.join(path, "model.json")):
@@ -171,7 +179,7 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
         raise RuntimeError(
             f"No cached base model at {path} and this is a {jax.process_count()}-process run. "
             f"Build it first with one process: python -m launch.pretrain "
-            f"--config=experiments/{base_cfg.experiment}.py{':' + base_cfg.arg if base_cfg.arg else ''}"
+            f"--config={base_cfg.experiment}{':' + base_cfg.arg if base_cfg.arg else ''}"
             f" --workdir={workdir}")
       print(f"rlpt: no cached base model at {path}; pre-training it now ({pcfg.steps} steps).",
             flush=True)

@@ -172,14 +172,14 @@ def cache_dir() -> str:
 def base_path() -> str:
   """The cached base grpo_default trains from, found as rlpt.pretrain.resolve_base does."""
   from rlpt.config import PretrainConfig, from_config_dict
-  from rlpt.pretrain import fingerprint, load_experiment_config
+  from rlpt.pretrain import experiment_name, fingerprint, load_experiment_config
   base = job_config().base
   pcfg = from_config_dict(PretrainConfig, load_experiment_config(base.experiment, base.arg))
-  name = base.experiment + (f"-{base.arg}" if base.arg else "")
+  name = experiment_name(base.experiment) + (f"-{base.arg}" if base.arg else "")
   path = os.path.join(cache_dir(), f"{name}-{fingerprint(pcfg)}", "model")
   if not os.path.exists(os.path.join(path, "model.json")):
     raise SystemExit(f"no cached base at {path}: build it with `make train` (or "
-                     f"python -m launch.pretrain --config=experiments/{base.experiment}.py).")
+                     f"python -m launch.pretrain --config={base.experiment}).")
   return path
 
 

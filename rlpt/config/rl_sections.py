@@ -18,14 +18,15 @@ class BaseModelConfig:
 
   ``checkpoint`` names a saved base directly; ``hf_checkpoint`` a Hugging Face
   checkpoint directory (config.json + safetensors, rlpt.models.hf); when both
-  are empty, the base is built by the pre-training experiment ``experiment``
-  (with argument ``arg``) and cached under ``cache_dir`` keyed by that
-  config's fingerprint.
+  are empty, the base is built by the pre-training config file ``experiment``
+  (a path, relative to the current directory, with argument ``arg``, as
+  ``launch.pretrain --config=<experiment>:<arg>`` would) and cached under
+  ``cache_dir`` keyed by its name and that config's fingerprint.
   """
 
   checkpoint: str = ""
   hf_checkpoint: str = ""
-  experiment: str = "pretrain_base"
+  experiment: str = "experiments/pretrain_base.py"
   arg: str = ""
   cache_dir: str = ".cache/rlpt/bases"
   # How the run applies the base's attention (long contexts), without
