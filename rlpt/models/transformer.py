@@ -187,19 +187,7 @@ class Attention(nnx.Module):
     Returns (y_BxTxD, (k_BxSxKxH, v_BxSxKxH) or None).
     """
     cfg = self.cfg
-    dt = cfg.jnp_dtype
-    q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.wq[...].astype(dt))
-    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wk[...].astype(dt))
-    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wv[...].astype(dt))
-    if cfg.qkv_bias:
-      q = q + self.bq[...].astype(dt)
-      k = k + self.bk[...].astype(dt)
-      v = v + self.bv[...].astype(dt)
-    if cfg.qk_norm:
-      q, k = self.q_norm(q), self.k_norm(k)
-    q = self._rope(q, positions_BxT)
-    k = self._rope(k, positions_BxT)
-    q = constrain(q, ("batch", "seq", "heads", "head_dim"))
+    q, k, v = self._qkv(x_BxTxD, positions_BxT)
     new_kv = None
     window = self.window or None
     scale = cfg.attn_scale or None
@@ -222,21 +210,46 @@ class Attention(nnx.Module):
                       impl=cfg.attention_impl, window=window, num_sinks=cfg.attention_sinks,
                       block_size=cfg.attention_block_size)
     else:
-      kv_heads_major = cache_kv is not None
-      if cache_kv is not None:
-        ck = write_kv(cache_kv[0], k, write_index_B, keys=True)
-        cv = write_kv(cache_kv[1], v, write_index_B)
-        k, v, new_kv = ck, cv, (ck, cv)
-        if window:
-          slots_BxS = jnp.broadcast_to(jnp.arange(cv.shape[2]), (cv.shape[0], cv.shape[2]))
-          mask_BxTxS &= attention_mask(positions_BxT, slots_BxS, None, window,
-                                       cfg.attention_sinks)
-      elif window:  # soft-capped windowed layer without a cache (Gemma2)
-        mask_BxTxS &= attention_mask(positions_BxT, positions_BxT, None, window,
-                                     cfg.attention_sinks)
-      out = dense_attention(q, k, v, mask_BxTxS, scale, cfg.attn_logit_softcap, kv_heads_major)
-    y = jnp.einsum("btnh,nhd->btd", out, self.wo[...].astype(dt))
+      out, new_kv = self._dense(q, k, v, positions_BxT, mask_BxTxS, cache_kv, write_index_B,
+                                window, scale)
+    y = jnp.einsum("btnh,nhd->btd", out, self.wo[...].astype(cfg.jnp_dtype))
     return y, new_kv
+
+  def _qkv(self, x_BxTxD, positions_BxT):
+    """This block's queries, keys and values: projections, biases, norms, RoPE."""
+    cfg = self.cfg
+    dt = cfg.jnp_dtype
+    q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.wq[...].astype(dt))
+    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wk[...].astype(dt))
+    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wv[...].astype(dt))
+    if cfg.qkv_bias:
+      q = q + self.bq[...].astype(dt)
+      k = k + self.bk[...].astype(dt)
+      v = v + self.bv[...].astype(dt)
+    if cfg.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    q = self._rope(q, positions_BxT)
+    k = self._rope(k, positions_BxT)
+    return constrain(q, ("batch", "seq", "heads", "head_dim")), k, v
+
+  def _dense(self, q, k, v, positions_BxT, mask_BxTxS, cache_kv, write_index_B, window, scale):
+    """Mask-based dense attention (the default, soft-capped layers, the plain
+    sampler's cache, written here at write_index_B); (out, new cache or None)."""
+    cfg, new_kv = self.cfg, None
+    kv_heads_major = cache_kv is not None
+    if cache_kv is not None:
+      ck = write_kv(cache_kv[0], k, write_index_B, keys=True)
+      cv = write_kv(cache_kv[1], v, write_index_B)
+      k, v, new_kv = ck, cv, (ck, cv)
+      if window:
+        slots_BxS = jnp.broadcast_to(jnp.arange(cv.shape[2]), (cv.shape[0], cv.shape[2]))
+        mask_BxTxS &= attention_mask(positions_BxT, slots_BxS, None, window,
+                                     cfg.attention_sinks)
+    elif window:  # soft-capped windowed layer without a cache (Gemma2)
+      mask_BxTxS &= attention_mask(positions_BxT, positions_BxT, None, window,
+                                   cfg.attention_sinks)
+    out = dense_attention(q, k, v, mask_BxTxS, scale, cfg.attn_logit_softcap, kv_heads_major)
+    return out, new_kv
 
 
 class MLP(nnx.Module):

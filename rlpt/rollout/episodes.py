@@ -120,18 +120,8 @@ class EpisodeRunner:
 
     active = list(range(b))
     answers = sample(active, first=True)
-    if self.interleave:
-      self._interleaved(episodes, active, answers, st, sample, metrics)
-    else:
-      while active:
-        t = time.perf_counter()
-        steps = self.pool.step([episodes[i] for i in active], answers)
-        metrics["time/environments"] += time.perf_counter() - t
-        still = [i for i, step in zip(active, steps) if self._observe(st, i, step)]
-        self.pool.abandon([episodes[i] for i in active if i not in still])
-        active = still
-        if active:
-          answers = sample(active, first=False)
+    play = self._interleaved if self.interleave else self._synchronous
+    play(episodes, active, answers, st, sample, metrics)
     # The batch's width on the 2^k / 1.5 * 2^k ladder, at most the longest an
     # episode can be: the update compiles a handful of shapes in a run.
     longest = max(ids.shape[1] + self.max_new_tokens, max(len(c) for c in st.ctx))
@@ -142,6 +132,19 @@ class EpisodeRunner:
              "overflow": st.overflow, "last_len": st.last_len, "stopped": st.stopped}
     metrics["rollout/sampler_calls"] = float(calls)
     return EpisodeBatch(seq, st.final, stats, dict(metrics))
+
+  def _synchronous(self, episodes, active, answers, st, sample, metrics):
+    """Later turns batch-synchronously: every running episode steps, then the
+    ones still going sample their next turn together."""
+    while active:
+      t = time.perf_counter()
+      steps = self.pool.step([episodes[i] for i in active], answers)
+      metrics["time/environments"] += time.perf_counter() - t
+      still = [i for i, step in zip(active, steps) if self._observe(st, i, step)]
+      self.pool.abandon([episodes[i] for i in active if i not in still])
+      active = still
+      if active:
+        answers = sample(active, first=False)
 
   def _interleaved(self, episodes, rows, answers, st, sample, metrics):
     """Later turns as soon as each episode's environment answers (see the module doc).

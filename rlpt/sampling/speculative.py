@@ -155,6 +155,47 @@ class SpeculativeSampler:
                           rng, sampling)
 
 
+def _draft(sp: SpeculativeSampler, dparams, s: _SpecState, key, sampling: SamplingParams,
+           offsets_G1):
+  """gamma + 1 draft tokens per row, each from the draft's distribution after the
+  one before (the last one only brings the draft's cache up to date): tokens
+  [G+1, B], their log-probs [G+1, B, V] and the draft's cache."""
+  def draft_step(carry, j):
+    tok_B, cache, key = carry
+    logits, cache = cached_forward(sp.draft_graphdef, dparams, tok_B[:, None],
+                                   (s.position_B + j)[:, None], cache, sp.layout)
+    logq_BxV = processed_logprobs(logits[:, 0], sampling)
+    key, sub = jax.random.split(key)
+    if sampling.greedy:
+      nxt_B = jnp.argmax(logq_BxV, axis=-1).astype(jnp.int32)
+    else:
+      nxt_B = jax.random.categorical(sub, logq_BxV, axis=-1).astype(jnp.int32)
+    return (nxt_B, cache, key), (nxt_B, logq_BxV)
+
+  (_, cache, _), (drafts_G1xB, logq_G1xBxV) = jax.lax.scan(
+      draft_step, (s.pending_B, s.draft_cache, key), offsets_G1)
+  return drafts_G1xB, logq_G1xBxV, cache
+
+
+def _emitted(sp: SpeculativeSampler, s: _SpecState, drafts_BxG, n_B, next_B, logp_BxG1xV,
+             stop_ids, offsets_G1):
+  """The window each row emits: drafts[:n], then next, truncated at a stop token
+  and at the budget (finished rows emit nothing); (tokens, log-probs, count,
+  first stop offset), padding past the count."""
+  gamma = sp.gamma
+  emit_BxG1 = jnp.where(offsets_G1 < n_B[:, None], jnp.pad(drafts_BxG, ((0, 0), (0, 1))),
+                        next_B[:, None])
+  is_stop = jnp.isin(emit_BxG1, stop_ids) & (offsets_G1 <= n_B[:, None])
+  first_stop_B = jnp.where(jnp.any(is_stop, 1), jnp.argmax(is_stop, 1), gamma + 1)
+  count_B = jnp.minimum(jnp.minimum(n_B + 1, first_stop_B + 1), sp.max_new_tokens - s.lengths_B)
+  count_B = jnp.where(~s.done_B, count_B, 0)
+  keep = offsets_G1 < count_B[:, None]
+  emit_logp = jnp.take_along_axis(logp_BxG1xV, emit_BxG1[..., None], -1)[..., 0]
+  emit_BxG1 = jnp.where(keep, emit_BxG1, sp.pad_id)
+  emit_logp = jnp.where(keep, emit_logp, 0.0)
+  return emit_BxG1, emit_logp, count_B, first_stop_B
+
+
 @functools.partial(jax.jit, static_argnums=(0, 6))
 def _spec_generate(sp: SpeculativeSampler, target_params, draft_params, prompts_PxL, lengths_P,
                    rng, sampling: SamplingParams):
@@ -171,20 +212,7 @@ def _spec_generate(sp: SpeculativeSampler, target_params, draft_params, prompts_
   def body(s: _SpecState):
     rng, r_draft, r_accept = jax.random.split(s.rng, 3)
 
-    def draft_step(carry, j):
-      tok_B, cache, key = carry
-      logits, cache = cached_forward(sp.draft_graphdef, dparams, tok_B[:, None],
-                                     (s.position_B + j)[:, None], cache, layout)
-      logq_BxV = processed_logprobs(logits[:, 0], sampling)
-      key, sub = jax.random.split(key)
-      if sampling.greedy:
-        nxt_B = jnp.argmax(logq_BxV, axis=-1).astype(jnp.int32)
-      else:
-        nxt_B = jax.random.categorical(sub, logq_BxV, axis=-1).astype(jnp.int32)
-      return (nxt_B, cache, key), (nxt_B, logq_BxV)
-
-    (_, dcache, _), (drafts_G1xB, logq_G1xBxV) = jax.lax.scan(
-        draft_step, (s.pending_B, s.draft_cache, r_draft), offsets_G1)
+    drafts_G1xB, logq_G1xBxV, dcache = _draft(sp, dparams, s, r_draft, sampling, offsets_G1)
     drafts_BxG = drafts_G1xB[:gamma].T
     logq_BxGxV = jnp.moveaxis(logq_G1xBxV[:gamma], 0, 1)
     verify_BxG1 = jnp.concatenate([s.pending_B[:, None], drafts_BxG], axis=1)
@@ -194,18 +222,9 @@ def _spec_generate(sp: SpeculativeSampler, target_params, draft_params, prompts_
     logp_BxG1xV = processed_logprobs(logits, sampling)
     n_B, next_B = speculative_accept(r_accept, drafts_BxG, logq_BxGxV, logp_BxG1xV,
                                      sampling.greedy)
-    # Emitted window: drafts[:n], then next; truncated at a stop token / the budget.
-    emit_BxG1 = jnp.where(offsets_G1 < n_B[:, None], jnp.pad(drafts_BxG, ((0, 0), (0, 1))),
-                          next_B[:, None])
-    is_stop = jnp.isin(emit_BxG1, stop_ids) & (offsets_G1 <= n_B[:, None])
-    first_stop_B = jnp.where(jnp.any(is_stop, 1), jnp.argmax(is_stop, 1), gamma + 1)
     active = ~s.done_B
-    count_B = jnp.minimum(jnp.minimum(n_B + 1, first_stop_B + 1), n_new - s.lengths_B)
-    count_B = jnp.where(active, count_B, 0)
-    keep = offsets_G1 < count_B[:, None]
-    emit_logp = jnp.take_along_axis(logp_BxG1xV, emit_BxG1[..., None], -1)[..., 0]
-    emit_BxG1 = jnp.where(keep, emit_BxG1, sp.pad_id)
-    emit_logp = jnp.where(keep, emit_logp, 0.0)
+    emit_BxG1, emit_logp, count_B, first_stop_B = _emitted(
+        sp, s, drafts_BxG, n_B, next_B, logp_BxG1xV, stop_ids, offsets_G1)
     put = jax.vmap(lambda buf, new, i: jax.lax.dynamic_update_slice_in_dim(buf, new, i, 0))
     lengths = s.lengths_B + count_B
     done = s.done_B | (active & (first_stop_B < count_B)) | (lengths >= n_new)
