@@ -161,7 +161,7 @@ def test_other_kinds_still_refuse_list_answers(tmp_path):
 def test_sandbox_failures_are_sandbox_error(tmp_path, monkeypatch):
     spec = datasets.register_file(_id(), _jsonl(tmp_path / "c.jsonl", ROWS[:1]), verifier="code", fields=FIELDS)
     env = gymnasium.make(spec.id)
-    monkeypatch.setattr(programs.sandbox, "run",
+    monkeypatch.setattr(sandbox, "run",
                         lambda job: sandbox.JobResult(sandbox.Status.SANDBOX_ERROR, detail="worker died"))
     env.reset(seed=0)
     _, reward, _, _, info = env.step(RIGHT["add"])

@@ -369,3 +369,27 @@ def test_humaneval_body_answers_and_env():
     assert (reward, terminated, step["verdict"]) == (1.0, True, "PASS")
     with pytest.raises(ValueError, match="no 'train' split"):
         env.reset(seed=0, options={"split": "train"})
+
+
+def test_harnesses_are_modules_that_run_here_as_in_the_sandbox():
+    """Each harness is a real module (imported here) and ships as wire.py + its own
+    text, without the import of wire; run in-process, the calls harness returns the
+    tagged results the host decodes, and the check harness refuses a rigged object."""
+    import json
+
+    from environments.programs import harness
+    from environments.programs.harness import check
+    from environments.programs.values import untag
+
+    for name in harness.HARNESSES:
+        text = harness.source(name)
+        assert "from environments" not in text and "def _rlpt_main(" in text
+        compile(text, f"<{name}>", "exec")
+    namespace: dict = {}
+    exec(compile(harness.source("calls"), "<calls>", "exec"), namespace)
+    chunks = namespace["_rlpt_main"]("def f(x):\n    return {'a': (x, [x])}\n", "", [["f", ["2"], [], []]])
+    (result,) = json.loads("".join(chunks))["results"]
+    assert untag(result["ok"]) == {"a": (2, [2])}
+    rigged = "class E(int):\n    def __eq__(self, o):\n        return True\ndef f(x):\n    return E(0)\n"
+    payload = json.loads("".join(check._rlpt_main(rigged, "f", "", "def check(c):\n    assert c(1) == 5\n")))
+    assert payload["passed"] is False and payload["error_type"] == "TypeError"
