@@ -46,3 +46,18 @@ def test_pip_install_environments_without_jax(tmp_path):
   for d in ("rlpt/strings-reverse-easy-v0", "rlpt/dataset-arith-easy-v0",
             "rlpt/terminal-rename-easy-v0"):
     assert out[d][0] == "PASS" and out[d][1] != "PASS", (d, out[d])
+
+
+def test_the_package_lists_every_subpackage():
+    """environments/pyproject.toml names its packages one by one (the folder is
+    the package root): a new subpackage must be listed, or an install lacks it."""
+    import tomllib
+    with open(os.path.join(ROOT, "environments", "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = set()
+    for dirpath, dirnames, names in os.walk(os.path.join(ROOT, "environments")):
+        dirnames[:] = [d for d in dirnames if d not in ("data", "__pycache__")]
+        if "__init__.py" in names:
+            rel = os.path.relpath(dirpath, ROOT)
+            found.add(rel.replace(os.sep, "."))
+    assert found == listed
