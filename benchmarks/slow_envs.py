@@ -21,6 +21,7 @@ import gymnasium
 import numpy as np
 
 from rlpt.rollout.envs import SANDBOX, EnvPool
+from rlpt.rollout.pools import episode_options
 
 DISTRIBUTIONS = ("fixed", "exponential")
 
@@ -39,8 +40,7 @@ class SlowEnvPool(EnvPool):
   @classmethod
   def from_train(cls, cfg, **slow) -> "SlowEnvPool":
     """The pool a run of ``cfg`` (a TrainConfig) would make, slowed by ``slow``."""
-    return cls(cfg.domains.ids, cfg.env, max_attempts=cfg.rollout.max_attempts,
-               max_turns=cfg.rollout.max_turns, files=cfg.domains.files, **slow)
+    return cls(cfg.domains.ids, cfg.env, **episode_options(cfg.domains, cfg.rollout), **slow)
 
   def make_env(self, domain: str):
     env = super().make_env(domain)

@@ -70,7 +70,7 @@ class ProgramPool:
   (``use_compilation_cache``; about half a second for the tiny model's
   sampler) or compiles it: the same program, so the same bits. Programs
   that JAX compiles outside the pool (eager operations, one-off
-  initialisers) are few, small and not counted. Thread-safe: an
+  initialisers) are few, small and not bounded here. Thread-safe: an
   asynchronous producer samples while the update runs.
 
   The default, 32, holds every program of the main job (26 in its 200

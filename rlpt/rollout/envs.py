@@ -87,7 +87,6 @@ class EnvPool(EnvironmentPool):
       self._kwargs[d] = kw
       self._resource[d] = SANDBOX if "sandbox" in spec.tags else CHEAP
     self._priority = dict(zip(domains, cfg.priorities or [0.0] * len(domains)))
-    self.retries, self.backoff_s = cfg.retries, cfg.backoff_s
     self._free: dict[str, collections.deque] = {d: collections.deque() for d in domains}
     self._lock = threading.Lock()
     self.scheduler = JobScheduler(
@@ -131,7 +130,7 @@ class EnvPool(EnvironmentPool):
     env, after the backoff; one that keeps failing raises a RuntimeError
     naming the task (a domain that cannot draw that task is a bug to fix,
     not a sample to score)."""
-    for attempt in range(self.retries + 1):
+    for attempt in range(self.cfg.retries + 1):
       env = self._acquire(task.domain) if attempt == 0 else self.make_env(task.domain)
       try:
         obs, info = env.reset(seed=task.seed, options={"split": task.split})
@@ -139,12 +138,12 @@ class EnvPool(EnvironmentPool):
       except Exception as e:  # noqa: BLE001  retried, then reported with the task
         env.close()
         error = e
-        if attempt < self.retries:
+        if attempt < self.cfg.retries:
           with self._lock:
             self._counts["reset_retries"] += 1
-          time.sleep(self.backoff_s * (2 ** attempt))
+          time.sleep(self.cfg.backoff_s * (2 ** attempt))
     raise RuntimeError(f"{task.domain}: reset(seed={task.seed}, split={task.split!r}) failed "
-                       f"{self.retries + 1} times; last: {type(error).__name__}: {error}") from error
+                       f"{self.cfg.retries + 1} times; last: {type(error).__name__}: {error}") from error
 
   def _reset(self, task: Task) -> Prompt:
     env, obs, info = self._reset_env(task)
@@ -172,7 +171,7 @@ class EnvPool(EnvironmentPool):
     """Schedules one step of ``episode`` (attempt > 0: a retry, on a replayed
     environment after the backoff); a future for ``settle_step``."""
     d = episode.task.domain
-    delay = self.backoff_s * (2 ** (attempt - 1)) if attempt else 0.0
+    delay = self.cfg.backoff_s * (2 ** (attempt - 1)) if attempt else 0.0
     return self.scheduler.submit(self._step_job, episode, action, attempt > 0,
                                  resource=self._resource[d], priority=self._priority[d],
                                  delay_s=delay)
@@ -196,7 +195,7 @@ class EnvPool(EnvironmentPool):
       env, failure = None, _infra_failure(e)
     if failure is None:
       return self._finish(ep, action, result, env, seconds)
-    if attempt < self.retries:
+    if attempt < self.cfg.retries:
       with self._lock:
         self._counts["retries"] += 1
       if env is not None and env is not ep.env:

@@ -16,5 +16,11 @@ def make_env_pool(env: EnvConfig, domains: DomainsConfig,
   config sections (the episode's attempts and turn budget): this host's
   threads or Ray actors (``env.backend``)."""
   cls = RayEnvPool if env.backend == "ray" else EnvPool
-  return cls(domains.ids, env, max_attempts=rollout.max_attempts, max_turns=rollout.max_turns,
-             files=register_domain_files(domains.files))
+  return cls(domains.ids, env, **episode_options(domains, rollout))
+
+
+def episode_options(domains: DomainsConfig, rollout: RolloutConfig) -> dict:
+  """A pool's keyword arguments from the ``domains`` and ``rollout`` sections:
+  the episode's attempts and turn budget, the domain files to register."""
+  return dict(max_attempts=rollout.max_attempts, max_turns=rollout.max_turns,
+              files=register_domain_files(domains.files))

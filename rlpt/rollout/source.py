@@ -63,7 +63,7 @@ class RolloutSource:
                policy: Callable[[], nnx.State], pool: EnvironmentPool | None = None):
     rollout = cfg.rollout
     self.cfg, self.rl, self.speculative, self.domains = rollout, cfg.rl, cfg.speculative, cfg.domains
-    self.ctx, self.seed, self.tokenizer, self._policy = ctx, ctx.seed, ctx.tokenizer, policy
+    self.ctx, self.tokenizer, self._policy = ctx, ctx.tokenizer, policy
     self.sampling = cfg.sampling
     self.step = 0  # the last update whose weights were published
     self.samplers = RolloutSampling(cfg, ctx, model)
