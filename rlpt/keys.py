@@ -25,9 +25,17 @@ Purposes and the indices each takes (see ``rlpt.trainer``):
 
 The numbers in ``PURPOSES`` are part of the stream: changing one changes
 every run's samples. Add new purposes with new numbers.
+
+Five host streams are older than this scheme and keep their own seeding
+(``seeded_rng``, ``SEEDED_STREAMS``): the built-in bases' cache fingerprint
+and every published figure depend on them bit for bit. They are derived here
+and nowhere else (``tests/test_keys.py`` checks that rlpt constructs no random
+stream outside this module); new streams take a ``PURPOSES`` number.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import jax
 import numpy as np
@@ -64,3 +72,27 @@ def run_key(seed: int, purpose: str, *indices: int) -> jax.Array:
 def numpy_rng(seed: int, purpose: str, *indices: int) -> np.random.Generator:
   """A host (NumPy) stream named like ``run_key``: seeded by that key's data."""
   return np.random.default_rng(np.asarray(jax.random.key_data(run_key(seed, purpose, *indices))).tolist())
+
+
+# name -> (NumPy seed from the stream's inputs, what the inputs are).
+SEEDED_STREAMS: dict[str, tuple[Callable[..., object], str]] = {
+    "pretrain_tasks": (lambda seed: seed, "the pre-training seed: its tasks"),
+    "pretrain_noise": (lambda seed: seed + 7, "the pre-training seed: its demonstrations' noise"),
+    "task_draw": (lambda seed, index: [seed, index], "the run seed and the draw index: a training draw"),
+    "task_domains": (lambda domain_seed: domain_seed, "a draw's domain seed: the curriculum's choice"),
+    "eval_set": (lambda seed: seed, "eval.seed: the held-out tasks"),
+    "task_sampler": (lambda seed: seed, "a fixed-weight TaskSampler's seed"),
+}
+
+
+def seeded_rng(stream: str, *inputs: int) -> np.random.Generator:
+  """The NumPy stream ``stream`` (one of ``SEEDED_STREAMS``) for ``inputs``."""
+  if stream not in SEEDED_STREAMS:
+    raise ValueError(f"unknown seeded stream '{stream}'; known: {sorted(SEEDED_STREAMS)}.")
+  derive, _ = SEEDED_STREAMS[stream]
+  return np.random.default_rng(derive(*(int(i) for i in inputs)))
+
+
+def init_key(seed: int) -> jax.Array:
+  """The pre-trained base's initial parameters' key (older than ``run_key``)."""
+  return jax.random.key(seed)

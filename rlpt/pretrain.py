@@ -22,6 +22,7 @@ from flax import nnx
 from rlpt.checkpoint import load_model, save_model
 from rlpt.config import EnvConfig, PretrainConfig, from_config_dict, to_json
 from rlpt.data import TaskSampler
+from rlpt.keys import init_key, seeded_rng
 from rlpt.metrics import MetricsWriter, progress_bar
 from rlpt.models import Transformer
 from rlpt.models.hf import load_hf_checkpoint
@@ -95,7 +96,7 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
                      f"tokenizer's {tokenizer.vocab_size}.")
   mesh = make_mesh({"data": -1})
   rules = DEFAULT_RULES
-  model = Transformer(cfg.model, nnx.Rngs(cfg.seed))
+  model = Transformer(cfg.model, nnx.Rngs(init_key(cfg.seed)))
   graphdef, params = nnx.split(model)
   optimizer = make_optimizer(cfg.optim, cfg.steps)
   state, state_sh = place_train_state(params, optimizer, mesh, rules)
@@ -103,8 +104,8 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
                      (batch_sharding(mesh, rules, 2), batch_sharding(mesh, rules, 2)), mesh,
                      graphdef=graphdef, optimizer=optimizer)
   pool = EnvPool(cfg.domains.ids, EnvConfig(workers=2), files=cfg.domains.files)
-  sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=cfg.seed)
-  noise_rng = np.random.default_rng(cfg.seed + 7)
+  sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=seeded_rng("pretrain_tasks", cfg.seed))
+  noise_rng = seeded_rng("pretrain_noise", cfg.seed)
   writer = MetricsWriter(workdir)
   bar = progress_bar(cfg.steps, "pretrain", progress)
   t0 = time.time()

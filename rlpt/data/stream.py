@@ -17,6 +17,7 @@ import grain
 import numpy as np
 
 from rlpt.data.tasks import Task
+from rlpt.keys import seeded_rng
 
 # Draws a stream can hand out; a run makes one per rollout, so this never ends.
 _MAX_DRAWS = 2**62
@@ -24,7 +25,7 @@ _MAX_DRAWS = 2**62
 
 def _draw(index: int, *, seed: int, n: int) -> dict[str, np.ndarray]:
   """Draw ``index``: {"domain_seed": int64 [], "task_seeds": int64 [n]} in [0, 2**62)."""
-  rng = np.random.default_rng([seed, int(index)])
+  rng = seeded_rng("task_draw", seed, index)
   return {"domain_seed": rng.integers(0, 2**62), "task_seeds": rng.integers(0, 2**62, size=n)}
 
 
@@ -47,7 +48,7 @@ class TaskStream:
   def next_tasks(self, domain_sampler) -> list[Task]:
     """The next ``n`` tasks; ``domain_sampler.sample(n, rng)`` picks their domains."""
     draw = next(self._it)
-    domains = domain_sampler.sample(self.n, np.random.default_rng(int(draw["domain_seed"])))
+    domains = domain_sampler.sample(self.n, seeded_rng("task_domains", draw["domain_seed"]))
     return [Task(d, int(s), "train") for d, s in zip(domains, draw["task_seeds"])]
 
   def state_dict(self) -> dict:

@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rlpt.keys import seeded_rng
+
 
 class Task(NamedTuple):
   domain: str
@@ -34,7 +36,7 @@ class TaskSampler:
     if w.shape != (len(self.domains),) or (w < 0).any() or w.sum() <= 0:
       raise ValueError(f"weights {list(w)} must be {len(self.domains)} non-negative numbers with a positive sum.")
     self.weights = w / w.sum()
-    self._rng = np.random.default_rng(seed)
+    self._rng = seed if isinstance(seed, np.random.Generator) else seeded_rng("task_sampler", seed)
 
   def sample(self, n: int) -> list[Task]:
     """n tasks, each domain drawn by this sampler's fixed weights."""
@@ -45,5 +47,5 @@ class TaskSampler:
 
 def eval_tasks(domains: Sequence[str], per_domain: int, seed: int = 1234) -> list[Task]:
   """A fixed held-out set: the same tasks at every evaluation of a run."""
-  rng = np.random.default_rng(seed)
+  rng = seeded_rng("eval_set", seed)
   return [Task(d, int(s), "eval") for d in domains for s in rng.integers(0, 2**62, size=per_domain)]
