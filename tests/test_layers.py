@@ -24,7 +24,7 @@ LAYERS = {
              "models", "packing", "registry", "rl", "sampling", "sharding", "steps", "tokenizers",
              "update"},
     "device": {"device"},
-    "orchestration": {"actor", "evaluation", "pretrain", "rollout", "trainer"},
+    "orchestration": {"actor", "engine", "evaluation", "pretrain", "rollout", "trainer"},
 }
 RANK = {unit: i for i, layer in enumerate(LAYERS.values()) for unit in layer}
 

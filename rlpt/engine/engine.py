@@ -1,0 +1,275 @@
+"""A continuous-batching generation engine inside the trainer's own program.
+
+``Engine`` keeps a fixed number of decode slots over one KV store (one row of
+``max_len + prefill_len`` positions per slot; rlpt.sampling.slots). Sequences
+wait in a queue; between decode chunks the host admits waiting sequences into
+free slots, caches their prompts a chunk of ``prefill_len`` tokens at a time
+(one prefill call per round, so a long prompt never stalls the decoding
+slots), and collects the turns that stopped. A decode chunk is
+``chunk_steps`` steps in one compiled loop. The engine compiles two programs
+(decode, prefill) plus its store's initialiser, whatever the workload.
+
+Multi-turn: a sequence whose turn stopped is *parked* in its slot with its
+cache; ``extend`` appends the environment's observation, which is cached by
+prefilling only its tokens, and the next turn decodes on. When sequences wait
+and no slot is free, the longest-parked sequence is *released* (its slot
+freed); when it is extended later it waits for a slot and re-prefills its
+whole conversation (counted in ``stats["reprefill_tokens"]``).
+
+Each turn samples with its own key (``add``/``extend`` take it; callers
+derive it through ``rlpt.keys``): token i draws from ``fold_in(key, i)``, so
+a sequence's tokens do not depend on its slot or its neighbours. The weights
+are the ``params`` of each ``step``; a turn records the ``version`` each of
+its tokens was sampled under.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Hashable, NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from rlpt.device import RunContext, to_host
+from rlpt.engine.programs import EngineShape, build_programs
+from rlpt.rollout.sections import SampledModel
+from rlpt.sampling.logits import SamplingParams
+from rlpt.sampling.slots import Slots
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+  """slots: sequences decoding at once; max_len: tokens of one sequence, its
+  prompt and every turn and observation; chunk_steps: decode steps per
+  compiled chunk (between two admissions); prefill_rows / prefill_len: rows
+  and tokens of one prefill call (0 rows: a quarter of the slots)."""
+
+  slots: int = 64
+  max_len: int = 512
+  chunk_steps: int = 16
+  prefill_rows: int = 0
+  prefill_len: int = 64
+  kv_int8: bool = False
+
+  def __post_init__(self):
+    for name in ("slots", "max_len", "chunk_steps", "prefill_len"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"engine.{name} must be >= 1, got {getattr(self, name)}.")
+    if not 0 <= self.prefill_rows <= self.slots:
+      raise ValueError(f"engine.prefill_rows must be in [0, slots={self.slots}] (0: slots // 4), "
+                       f"got {self.prefill_rows}.")
+
+  def shape(self) -> EngineShape:
+    rows = self.prefill_rows or max(1, self.slots // 4)
+    # A prefill chunk may run prefill_len - 1 positions past a sequence's end.
+    return EngineShape(self.slots, self.max_len + self.prefill_len, self.chunk_steps, rows,
+                       self.prefill_len, self.kv_int8)
+
+
+class Turn(NamedTuple):
+  """One sampled turn: its tokens and log-probs, the policy version of each
+  token, and whether it ended on a stop token (else on its budget)."""
+
+  seq: Hashable
+  tokens: np.ndarray
+  logprobs: np.ndarray
+  versions: np.ndarray
+  stopped: bool
+
+
+@dataclasses.dataclass
+class _Seq:
+  id: Hashable
+  tokens: list[int]          # the conversation; its last token is pending, not cached
+  key: np.ndarray
+  budget: int
+  slot: int | None = None
+  cached: int = 0
+  sampled: list = dataclasses.field(default_factory=list)
+  logprobs: list = dataclasses.field(default_factory=list)
+  versions: list = dataclasses.field(default_factory=list)
+  prefilled: int = 0
+
+
+class Engine:
+  """Continuous batching over ``cfg.slots`` slots; see the module docstring."""
+
+  def __init__(self, cfg: EngineConfig, ctx: RunContext, model: SampledModel,
+               sampling: SamplingParams, stop_ids: Sequence[int]):
+    self.cfg, self.shape = cfg, cfg.shape()
+    self.stop_ids = tuple(int(t) for t in stop_ids)
+    pad = ctx.tokenizer.pad_id
+    self.programs = build_programs(ctx.programs, model.graphdef, model.model_cfg, self.shape,
+                                   model.shardings, ctx.mesh, ctx.sample_rules, sampling,
+                                   self.stop_ids, pad)
+    self._cache = self.programs.init()
+    s = cfg.slots
+    key_width = jax.random.key_data(jax.random.key(0)).shape[-1]
+    self._slots = Slots(np.full(s, pad, np.int32), np.zeros(s, np.int32), np.zeros(s, bool),
+                        np.zeros((s, key_width), np.uint32), np.zeros(s, np.int32),
+                        np.zeros(s, np.int32))
+    self._owner: list[_Seq | None] = [None] * s
+    self._seqs: dict[Hashable, _Seq] = {}
+    self._waiting: collections.deque[_Seq] = collections.deque()
+    self._prefilling: list[_Seq] = []
+    self._parked: dict[Hashable, _Seq] = {}     # in parking order
+    self.stats = collections.Counter()
+
+  # ------------------------------------------------------------------ requests
+
+  def add(self, seq_id: Hashable, prompt: Sequence[int], key: np.ndarray,
+          max_new_tokens: int) -> None:
+    """Queues a new sequence: ``prompt`` (token ids), its first turn's key data."""
+    if seq_id in self._seqs:
+      raise ValueError(f"sequence {seq_id!r} is already in the engine.")
+    if not len(prompt):
+      raise ValueError(f"sequence {seq_id!r} has an empty prompt.")
+    seq = _Seq(seq_id, [int(t) for t in prompt], np.asarray(key, np.uint32), 0)
+    seq.budget = self._budget(seq, max_new_tokens)
+    self._seqs[seq_id] = seq
+    self._waiting.append(seq)
+
+  def extend(self, seq_id: Hashable, observation: Sequence[int], key: np.ndarray,
+             max_new_tokens: int) -> None:
+    """The next turn of a parked sequence: ``observation`` appended, then sampled on."""
+    seq = self._parked.pop(seq_id, None)
+    if seq is None:
+      state = "unknown" if seq_id not in self._seqs else "not parked (its turn is running)"
+      raise ValueError(f"cannot extend sequence {seq_id!r}: it is {state}.")
+    seq.tokens += [int(t) for t in observation]
+    seq.key, seq.sampled, seq.logprobs, seq.versions = np.asarray(key, np.uint32), [], [], []
+    seq.budget = self._budget(seq, max_new_tokens)
+    (self._prefilling if seq.slot is not None else self._waiting).append(seq)
+
+  def finish(self, seq_id: Hashable) -> list[int]:
+    """Ends a sequence, freeing its slot; returns its whole conversation."""
+    seq = self._parked.pop(seq_id, None)
+    if seq is None:
+      raise ValueError(f"cannot finish sequence {seq_id!r}: it is not parked.")
+    self._release(seq)
+    del self._seqs[seq_id]
+    return seq.tokens
+
+  def _budget(self, seq: _Seq, max_new_tokens: int) -> int:
+    room = self.cfg.max_len - len(seq.tokens)
+    if room < 1:
+      raise ValueError(f"sequence {seq.id!r} has {len(seq.tokens)} tokens; engine.max_len "
+                       f"{self.cfg.max_len} leaves no room to sample.")
+    return min(int(max_new_tokens), room)
+
+  @property
+  def running(self) -> int:
+    """Sequences waiting, prefilling or decoding (not parked)."""
+    return len(self._seqs) - len(self._parked)
+
+  # ------------------------------------------------------------------ rounds
+
+  def step(self, params, version: int = 0) -> list[Turn]:
+    """One round: admit, one prefill call (more while nothing decodes), one
+    decode chunk. Returns the turns that stopped."""
+    self._admit()
+    self._prefill(params)
+    if not self._slots.active.any():
+      return []
+    return self._decode(params, version)
+
+  def generate(self, params, prompts: Sequence[Sequence[int]], keys: np.ndarray,
+               max_new_tokens: int, version: int = 0) -> list[Turn]:
+    """Single-turn sampling of ``prompts`` (key data ``keys[i]`` each), in order."""
+    ids = [("generate", self.stats["generate_calls"], i) for i in range(len(prompts))]
+    self.stats["generate_calls"] += 1
+    for i, p in enumerate(prompts):
+      self.add(ids[i], p, keys[i], max_new_tokens)
+    done = {}
+    while len(done) < len(ids):
+      for turn in self.step(params, version):
+        done[turn.seq] = turn
+        self.finish(turn.seq)
+    return [done[i] for i in ids]
+
+  def _admit(self) -> None:
+    free = [s for s, o in enumerate(self._owner) if o is None]
+    while self._waiting:
+      if not free:
+        victim = next((q for q in self._parked.values() if q.slot is not None), None)
+        if victim is None:
+          return
+        free.append(victim.slot)
+        self._release(victim)
+        self.stats["released"] += 1
+      seq = self._waiting.popleft()
+      seq.slot = free.pop(0)
+      seq.cached = 0
+      self._owner[seq.slot] = seq
+      self._prefilling.append(seq)
+
+  def _release(self, seq: _Seq) -> None:
+    if seq.slot is not None:
+      self._owner[seq.slot] = None
+      self._slots.active[seq.slot] = False
+      self._slots.position[seq.slot] = 0
+      seq.slot, seq.cached = None, 0
+
+  def _prefill(self, params) -> None:
+    """Prefill calls: one, or more while no slot decodes (nothing to stall)."""
+    calls = 0
+    while True:
+      for seq in [q for q in self._prefilling if q.cached == len(q.tokens) - 1]:
+        self._activate(seq)
+      if not self._prefilling or (calls and self._slots.active.any()):
+        return
+      self._prefill_call(params)
+      calls += 1
+
+  def _prefill_call(self, params) -> None:
+    rows, c = self.shape.prefill_rows, self.shape.prefill_len
+    slot_a = np.full(rows, self.cfg.slots, np.int32)   # out of range: padding
+    tokens = np.zeros((rows, c), np.int32)
+    start = np.zeros(rows, np.int32)
+    for i, seq in enumerate(self._prefilling[:rows]):
+      end = min(seq.cached + c, len(seq.tokens) - 1)
+      slot_a[i], start[i] = seq.slot, seq.cached
+      tokens[i, :end - seq.cached] = seq.tokens[seq.cached:end]
+      self.stats["prefill_tokens"] += end - seq.cached
+      self.stats["reprefill_tokens"] += max(0, min(end, seq.prefilled) - seq.cached)
+      seq.prefilled = max(seq.prefilled, end)
+      seq.cached = end
+    self._cache = self.programs.prefill(params, self._cache, slot_a, tokens, start)
+    self.stats["prefill_calls"] += 1
+
+  def _activate(self, seq: _Seq) -> None:
+    self._prefilling.remove(seq)
+    s, sl = seq.slot, self._slots
+    sl.pending[s], sl.position[s], sl.active[s] = seq.tokens[-1], len(seq.tokens) - 1, True
+    sl.key[s], sl.count[s], sl.budget[s] = seq.key, 0, seq.budget
+
+  def _decode(self, params, version: int) -> list[Turn]:
+    before = self._slots.count.copy()
+    self._cache, emitted = self.programs.decode(params, self._cache, self._slots)
+    tokens, logprobs, slots = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
+    self._slots = Slots(*(np.array(x) for x in slots))
+    self.stats["decode_chunks"] += 1
+    self.stats["slot_steps"] += self.cfg.slots * self.shape.chunk_steps
+    turns = []
+    for s, seq in enumerate(self._owner):
+      if seq is None or seq in self._prefilling or seq.id in self._parked:
+        continue
+      n = int(self._slots.count[s] - before[s])
+      seq.sampled += tokens[s, :n].tolist()
+      seq.logprobs += logprobs[s, :n].tolist()
+      seq.versions += [version] * n
+      self.stats["decoded_tokens"] += n
+      if not self._slots.active[s]:
+        turns.append(self._end_turn(seq))
+    return turns
+
+  def _end_turn(self, seq: _Seq) -> Turn:
+    seq.tokens += seq.sampled
+    seq.cached = len(seq.tokens) - 1
+    seq.prefilled = max(seq.prefilled, seq.cached)
+    self._parked[seq.id] = seq
+    stopped = bool(seq.sampled) and seq.sampled[-1] in self.stop_ids
+    return Turn(seq.id, np.asarray(seq.sampled, np.int32), np.asarray(seq.logprobs, np.float32),
+                np.asarray(seq.versions, np.int32), stopped)

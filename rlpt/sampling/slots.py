@@ -1,0 +1,126 @@
+"""Decode slots: the device side of the continuous-batching engine (rlpt.engine).
+
+A fixed number of slots share one KV store of fixed length per slot (slot =
+position, ``FlatLayout`` in fp32 or int8). A slot holds one sequence at a time;
+the host decides which (admission, release) between calls. Two programs, each
+of one fixed shape:
+
+* ``prefill_rows``: caches a chunk of C tokens for each of A slots (a prompt,
+  or the observation appended to a parked episode), reading and writing only
+  those slots' rows (gathered, run through the model, scattered back). Rows
+  with slot index >= the slot count are padding and write nothing.
+* ``decode_steps``: k decode steps over every slot. Each step feeds each
+  slot's pending token (sampled or observed, not yet cached) at its position,
+  caches it, and samples the next token of the active slots.
+
+Each slot samples with its own key: token i of a turn draws from
+``fold_in(turn_key, i)``, and no row reads another, so a sequence's tokens do
+not depend on which slot it occupies or what shares the batch.
+
+Shape suffixes: S slots, A prefill rows, C chunk tokens, k decode steps, L
+cache length, V vocab.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rlpt.sampling.fast import FlatLayout, cached_forward
+from rlpt.sampling.logits import SamplingParams, sample_token
+from rlpt.sampling.quant import as_params
+
+
+class Slots(NamedTuple):
+  """Per-slot decode state, [S] each (host-owned between calls).
+
+  pending: the token fed at the next step (not yet cached); position: its
+  position; active: sampling (a parked or free slot is not); key: the turn's
+  key data [S, 2] uint32; count: tokens sampled in this turn (the fold-in
+  index of the next one); budget: tokens this turn may sample.
+  """
+
+  pending: jax.Array
+  position: jax.Array
+  active: jax.Array
+  key: jax.Array
+  count: jax.Array
+  budget: jax.Array
+
+
+class Emitted(NamedTuple):
+  """What k decode steps sampled: tokens and log-probs [S, k] (pad / 0 where a
+  slot was not active at that step) and the slots' state after them."""
+
+  tokens: jax.Array
+  logprobs: jax.Array
+  slots: Slots
+
+
+def _row_keys(slots: Slots) -> jax.Array:
+  keys = jax.random.wrap_key_data(slots.key)
+  return jax.vmap(jax.random.fold_in)(keys, slots.count)
+
+
+def _sample_rows(keys, logits_SxV, sampling: SamplingParams):
+  one = lambda k, l: tuple(x[0] for x in sample_token(k, l[None], sampling))
+  return jax.vmap(one)(keys, logits_SxV)
+
+
+def decode_steps(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slots: Slots,
+                 sampling: SamplingParams, steps: int, stop_ids: tuple[int, ...],
+                 pad_id: int) -> tuple[object, Emitted]:
+  """``steps`` decode steps over every slot; returns (cache, Emitted).
+
+  A slot stops (becomes inactive) after sampling a stop token or its
+  ``budget``-th token; its last sampled token stays pending (uncached), so a
+  next turn starts by caching it. Inactive slots (free, parked, or part-way
+  through a chunked prefill) run the same computation (fixed shapes) at the
+  cache's last position, which no query reads (the store is ``prefill_len``
+  longer than a sequence may be), and their state does not move.
+  """
+  params = as_params(params)
+  stops = jnp.asarray(stop_ids, jnp.int32)
+  n = slots.pending.shape[0]
+  scratch = cache.v[0].shape[2] - 1
+
+  def body(i, carry):
+    cache, s, toks, logps = carry
+    where = jnp.where(s.active, s.position, scratch)
+    logits, cache = cached_forward(graphdef, params, s.pending[:, None], where[:, None], cache,
+                                   layout)
+    tok, logp = _sample_rows(_row_keys(s), logits[:, 0], sampling)
+    tok = jnp.where(s.active, tok, pad_id)
+    logp = jnp.where(s.active, logp, 0.0)
+    count = s.count + s.active
+    stopped = s.active & (jnp.isin(tok, stops) | (count >= s.budget))
+    s = Slots(jnp.where(s.active, tok, s.pending), s.position + s.active, s.active & ~stopped,
+              s.key, count, s.budget)
+    return cache, s, toks.at[:, i].set(tok), logps.at[:, i].set(logp)
+
+  toks = jnp.full((n, steps), pad_id, jnp.int32)
+  logps = jnp.zeros((n, steps), jnp.float32)
+  cache, slots, toks, logps = jax.lax.fori_loop(0, steps, body, (cache, slots, toks, logps))
+  return cache, Emitted(toks, logps, slots)
+
+
+def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot_A: jax.Array,
+                 tokens_AxC: jax.Array, start_A: jax.Array):
+  """Caches ``tokens_AxC`` at positions ``start_A + [0, C)`` of slots ``slot_A``.
+
+  A row whose slot index is out of range (>= S) is padding: it is computed on
+  a copy of slot S - 1 and written nowhere. Tokens past a row's real chunk may
+  be anything: they land at positions after the sequence's end, which a later
+  step writes before any query reads them.
+  """
+  params = as_params(params)
+  c = tokens_AxC.shape[1]
+  take = lambda x: jnp.take(x, slot_A, axis=0, mode="clip")
+  rows = type(cache)(*(tuple(take(x) for x in field) for field in cache))
+  positions = start_A[:, None] + jnp.arange(c, dtype=jnp.int32)[None, :]
+  _, rows = cached_forward(graphdef, params, tokens_AxC, positions, rows, layout, with_logits=False)
+  put = lambda x, r: x.at[slot_A].set(r, mode="drop")
+  return type(cache)(*(tuple(put(x, r) for x, r in zip(f, fr)) for f, fr in zip(cache, rows)))
