@@ -36,8 +36,9 @@ Three forms of tests, and what each guarantees:
   Without a reference (or with arguments that have no literal form) check()
   itself runs in the sandbox, in the
   candidate's process: the candidate is loaded first, its entry point is
-  wrapped so that every value it returns is deep-copied into exact builtin
-  types (anything else raises), and check() sees only the copies, with the
+  wrapped so that every value it returns is encoded as it would cross to the
+  host and rebuilt from that as exact builtin objects (a value of a type the
+  encoding does not carry raises), and check() sees only the copies, with the
   task's trusted prelude (the prompt's helpers) run fresh for it. That stops
   rigged objects, sys.exit, printed verdicts and a patched `assert` in the
   candidate's own module, but not a candidate that deliberately attacks the

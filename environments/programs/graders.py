@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Sequence
 
 from environments import sandbox
-from environments.grading import _error_grade, _process_failure
+from environments.job_failures import error_grade, process_failure
 from environments.programs import harness
 from environments.programs.forms import ProgramTests, Wrap
 from environments.programs.replay import call_sources, run_check
@@ -40,21 +40,21 @@ def grade_program(answer: str, tests: ProgramTests) -> Grade:
 
 
 def _payload(result: sandbox.JobResult, timeout_s: float) -> dict[str, Any] | Grade:
-    grade = _process_failure(result, timeout_s)
+    grade = process_failure(result, timeout_s)
     if grade is not None:
         return grade
     outer = result.result or {}
     if outer.get("phase") != "done":  # the harness itself failed to load: not expected
-        return _error_grade(outer.get("error_type", ""), outer.get("error", "program failed"))
-    try:
-        (chunks,) = [r["ok"] for r in outer.get("results", [])]
+        return error_grade(outer.get("error_type", ""), outer.get("error", "program failed"))
+    try:  # the harness's one return value: its JSON text in str chunks, tagged by the worker
+        (chunks,) = [untag(r["ok"]) for r in outer.get("results", [])]
         payload = json.loads("".join(chunks))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, Malformed, RecursionError):
         return Grade(Verdict.ERROR, 0.0, "program did not return results")
     if not isinstance(payload, dict):
         return Grade(Verdict.ERROR, 0.0, "program did not return results")
     if payload.get("phase") != "done":
-        return _error_grade(str(payload.get("error_type", "")), str(payload.get("error", "program failed")))
+        return error_grade(str(payload.get("error_type", "")), str(payload.get("error", "program failed")))
     return payload
 
 

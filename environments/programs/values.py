@@ -1,7 +1,9 @@
-"""Results as the host reads them: tagged plain data from the sandbox decoded
+"""Results as the host reads them, for every grader of the package (the
+program-test graders and the code family's `environments.grading.grade_calls`):
+tagged plain data from the sandbox (environments/sandbox/tagged.py) decoded
 into exact builtin types (``untag``; an object of any other type stays an
 `Opaque` placeholder, never rebuilt), compared with Python's own == (floats
-within a tolerance, ``same``), and shown in feedback (``shown``, ``cut``)."""
+within a tolerance, ``same``), and shown in feedback (``show``, ``cut``)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import dataclasses
 import math
 from typing import Any
 
-from environments.grading import FLOAT_RTOL
 from environments.programs.forms import FEEDBACK_CHARS
 
+# Relative (and absolute) tolerance of `same` where a float is compared with a
+# number (ints with ints, and everything else, compare exactly).
+FLOAT_RTOL = 1e-9
 # Candidate-side shown values in feedback are cut to this many characters.
 SHOWN_CHARS = 120
 

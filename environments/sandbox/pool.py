@@ -114,8 +114,9 @@ class Limits:
 class PythonJob:
     """Exec `source`, then call `entry(*args)` for each args list in `calls`.
 
-    Arguments and return values cross the process boundary as JSON; returned
-    values are type-exact (see worker._encode_value).
+    Arguments and return values cross the process boundary as JSON; each
+    returned value as tagged plain data of exact builtin types (tagged.py;
+    decoded by environments.programs.values.untag).
 
     timeout_s: CPU seconds (user + system, every process and thread of the
       job together) the job may use; past them it is killed as TIMEOUT.

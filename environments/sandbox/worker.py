@@ -21,8 +21,9 @@ buffering more than a bounded prefix, and reports what happened. After the
 job it reaps leftover processes and removes the System V IPC objects and
 scratch files the job left outside its work directory (cleanup._clean_leftovers). It never trusts the child's exit status: a Python
 job counts only if the child wrote exactly one result frame carrying the
-job's nonce, and the host grades the returned values against expected values
-the child never sees. Afterwards it removes the work directory iteratively and
+job's nonce, and the host grades the returned values, sent as tagged plain
+data (tagged.py: exact builtin types only), against expected values the child
+never sees. Afterwards it removes the work directory iteratively and
 fd-relative (no depth or path length breaks it); should that fail, the answer
 asks the host to retire this worker. What leaves the worker is bounded
 (output, result, workspace snapshot: see the MAX_* constants) and valid text.
@@ -49,9 +50,11 @@ import traceback
 
 try:  # imported as part of the package (the host's pool)
     from environments.sandbox import cleanup
+    from environments.sandbox.tagged import _rlpt_tag
 except ImportError:  # run as the sandbox's standalone script (`python -I`: no script dir on sys.path)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import cleanup
+    from tagged import _rlpt_tag
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 64 << 20
@@ -118,28 +121,6 @@ def read_frame(fd: int) -> dict | None:
 # ----------------------------------------------------------------------------- child side
 
 
-def _encode_value(v: object, depth: int = 0) -> object:
-    """JSON-safe, type-exact encoding of a returned value.
-
-    Only exact builtin types are passed through, so a subclass with a rigged
-    __eq__ cannot reach the grader; anything else becomes {"opaque": repr}.
-    Tuples and lists both become JSON arrays.
-    """
-    t = type(v)
-    if v is None or t is bool or t is float:
-        return v
-    if t is int:
-        return v if v.bit_length() <= 4096 else {"opaque": f"<int of {v.bit_length()} bits>"}
-    if t is str:
-        return v if len(v) <= 4096 else {"opaque": f"<str of {len(v)} chars>"}
-    if t in (list, tuple) and depth < 4 and len(v) <= 1024:
-        return [_encode_value(x, depth + 1) for x in v]
-    try:
-        return {"opaque": valid_text(repr(v)[:200])}
-    except BaseException:
-        return {"opaque": f"<unrepresentable {t.__name__}>"}
-
-
 def valid_text(text: str) -> str:
     """`text` as strict-UTF-8-encodable text: lone surrogates (from an exception
     message, a non-UTF-8 file name) become their backslash escape."""
@@ -183,8 +164,8 @@ def _run_python(job: dict) -> dict:
         return {"phase": "entry", "error": f"no callable {entry!r} defined", "error_type": "NameError"}
     results = []
     for args in job["calls"]:
-        try:
-            results.append({"ok": _encode_value(fn(*args))})
+        try:  # the one encoding of returned values (tagged.py), bound when the worker started
+            results.append({"ok": _rlpt_tag(fn(*args))})
         except BaseException as e:
             results.append({"error": _last_line(e), "error_type": type(e).__name__})
     return {"phase": "done", "results": results}

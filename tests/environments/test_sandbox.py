@@ -35,16 +35,18 @@ def test_trivial_job_is_fast_and_reuses_the_worker(pool):
     assert pool.workers_started == 1
 
 
-def test_values_are_type_exact(pool):
+def test_values_cross_as_tagged_plain_data(pool):
+    """The worker sends each returned value in the one tagged encoding
+    (environments/sandbox/tagged.py): exact builtin types only, a subclass
+    opaque (its type's name, never its value)."""
     job = PythonJob(
-        source="class I(int):\n    pass\ndef f(k): return [1, True, 2.5, 'a', None, (1, 2), I(3), {1: 2}][k]",
+        source="class I(int):\n    pass\ndef f(k): return [1, True, 2.5, 'a', None, (1, 2), I(3), {1: [2]}, {3}, b'x'][k]",
         entry="f",
-        calls=tuple((k,) for k in range(8)),
+        calls=tuple((k,) for k in range(10)),
     )
     values = _values(pool.run(job))
-    assert values[:6] == [1, True, 2.5, "a", None, [1, 2]]
-    assert type(values[1]) is bool
-    assert values[6] == {"opaque": "3"} and "opaque" in values[7]
+    assert values[:5] == [1, True, 2.5, "a", None] and type(values[1]) is bool
+    assert values[5:] == [{"tuple": [1, 2]}, {"opaque": "I"}, {"dict": [[1, {"list": [2]}]]}, {"set": [3]}, {"bytes": "78"}]
 
 
 def test_output_is_captured_but_bounded(pool):

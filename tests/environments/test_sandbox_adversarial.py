@@ -220,7 +220,7 @@ def test_printing_pass_earns_nothing():
     [
         "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.AssertionError = Exception",
         "import os\nos.write(3, b'\\x00\\x00\\x00\\x04PASS')",  # forged frame on the result pipe
-        "import sys\nsys.modules['__main__']._encode_value = lambda v, d=0: 7",  # patch the harness
+        "import sys\nsys.modules['__main__']._rlpt_tag = lambda v, d=0: 7",  # patch the worker's encoder
         "import gc\nfor o in gc.get_objects():\n    if isinstance(o, dict) and 'expected' in o: o['expected'] = 0",
         "open('test_code.py', 'w').write('assert True')",  # "edit the tests"
     ],
@@ -233,6 +233,8 @@ def test_test_tampering_earns_nothing(tamper):
     job = PythonJob(source=tamper + "\nprint('tampered', flush=True)\ndef f(x):\n    return -1\n", entry="f", calls=calls)
     result = sandbox.run(job)
     assert "tampered" in result.output, result  # the tampering ran to completion
+    if "_rlpt_tag" in tamper:  # the patched encoder did send the results: forged ones earn nothing
+        assert result.result["results"] == [{"ok": 7}, {"ok": 7}], result
     grade = grade_calls(result, calls, [3, 5], entry="f", timeout_s=job.timeout_s)
     assert grade.reward == 0.0 and grade.verdict.value in ("FAIL", "ERROR"), grade
 

@@ -19,6 +19,7 @@ import pytest
 
 import environments  # noqa: F401
 from environments.grading import grade_calls
+from environments.programs.values import untag
 from environments.sandbox import JobResult, Limits, PlainLauncher, PythonJob, SandboxPool, ShellJob, Status, bwrap
 from environments.verdicts import Verdict
 
@@ -52,7 +53,7 @@ def make_pool():
 def _ok(result):
     assert result.status is Status.OK, result
     assert result.result["phase"] == "done", result.result
-    return [r.get("ok", r.get("error")) for r in result.result["results"]]
+    return [untag(r["ok"]) if "ok" in r else r.get("error") for r in result.result["results"]]
 
 
 def _host_processes_with_cmdline(cmdline):

@@ -1,28 +1,30 @@
 """The check harness: runs a task's check(candidate) in the candidate's process,
-the candidate's every return value deep-copied into exact builtin types first.
-Shipped after wire.py (see harness.source)."""
+the candidate's every return value first encoded as it would cross to the host
+(`_rlpt_tag`) and rebuilt from that as exact builtin objects, so check() sees
+what the host would decode. Shipped after wire.py (see harness.source)."""
 
 from environments.programs.harness.wire import (  # noqa: F401  shipped after wire.py, not importing it
     _rlpt_applied, _rlpt_chunks, _rlpt_last, _rlpt_line, _rlpt_load, _rlpt_tag, _sys)
 
 
-def _rlpt_copy(v, depth=0):
-    if depth > 64:
-        raise TypeError("returned value nested too deeply")
-    t = type(v)
-    if v is None or t in (bool, int, float, complex, str, bytes):
-        return v
-    if t is list:
-        return [_rlpt_copy(x, depth + 1) for x in v]
-    if t is tuple:
-        return tuple(_rlpt_copy(x, depth + 1) for x in v)
-    if t is dict:
-        return {_rlpt_copy(k, depth + 1): _rlpt_copy(x, depth + 1) for k, x in v.items()}
-    if t is set:
-        return {_rlpt_copy(x, depth + 1) for x in v}
-    if t is frozenset:
-        return frozenset(_rlpt_copy(x, depth + 1) for x in v)
-    raise TypeError("candidate returned a %s, not a plain builtin value" % t.__name__)
+# Containers rebuilt from their tags: the harness's own copies, taken before the candidate loads.
+_rlpt_rebuilt = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
+
+def _rlpt_plain(t):
+    """A value tagged by _rlpt_tag rebuilt as exact builtin objects, as the host's
+    untag would; an opaque value (any type the encoding does not carry) raises."""
+    if type(t) is not dict:
+        return t
+    (tag, body), = t.items()
+    if tag == "opaque":
+        raise TypeError("candidate returned a %s, not a plain builtin value" % body)
+    if tag == "dict":
+        return {_rlpt_plain(k): _rlpt_plain(x) for k, x in body}
+    if tag == "bytes":
+        return bytes.fromhex(body)
+    if tag == "complex":
+        return complex(*body)
+    return _rlpt_rebuilt[tag]([_rlpt_plain(x) for x in body])
 
 def _rlpt_main(source, entry, prelude, test):
     namespace, problem = _rlpt_load(source, "__candidate__")
@@ -32,7 +34,7 @@ def _rlpt_main(source, entry, prelude, test):
     if not callable(fn):
         return _rlpt_chunks({"phase": "entry", "error": "no function %r defined" % entry, "error_type": "NameError"})
     def candidate(*args, **kwargs):
-        return _rlpt_copy(fn(*args, **kwargs))
+        return _rlpt_plain(_rlpt_tag(fn(*args, **kwargs)))
     checker = {"__name__": "__check__"}
     try:
         exec(compile(prelude, "<prelude>", "exec"), checker)
