@@ -4,8 +4,8 @@
 ``max_len + prefill_len`` positions per slot; rlpt.sampling.slots). Sequences
 wait in a queue; between decode chunks the host admits waiting sequences into
 free slots, caches their prompts a chunk of ``prefill_len`` tokens at a time
-(one prefill call per round, so a long prompt never stalls the decoding
-slots), and collects the turns that stopped. A decode chunk is
+(one prefill call per round once half the slots decode, so a long prompt
+never stalls the decoding slots), and collects the turns that stopped. A decode chunk is
 ``chunk_steps`` steps in one compiled loop. The engine compiles two programs
 (decode, prefill) plus its store's initialiser, whatever the workload.
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from typing import Hashable, NamedTuple, Sequence
 
 import jax
@@ -94,13 +95,19 @@ class _Seq:
 
 
 class Engine:
-  """Continuous batching over ``cfg.slots`` slots; see the module docstring."""
+  """Continuous batching over ``cfg.slots`` slots; see the module docstring.
+
+  ``stats``: prefill_tokens, reprefill_tokens, decoded_tokens, slot_steps
+  (rows x decode steps run), slot_positions (rows x steps x cache positions read), prefill_calls, decode_chunks, released, and
+  step_s / device_s (wall time in ``step`` / waiting for the device: the rest
+  is the host's scheduling).
+  """
 
   def __init__(self, cfg: EngineConfig, ctx: RunContext, model: SampledModel,
                sampling: SamplingParams, stop_ids: Sequence[int]):
     self.cfg, self.shape = cfg, cfg.shape()
     self.stop_ids = tuple(int(t) for t in stop_ids)
-    pad = ctx.tokenizer.pad_id
+    pad = self._pad = ctx.tokenizer.pad_id
     self.programs = build_programs(ctx.programs, model.graphdef, model.model_cfg, self.shape,
                                    model.shardings, ctx.mesh, ctx.sample_rules, sampling,
                                    self.stop_ids, pad)
@@ -169,11 +176,12 @@ class Engine:
   def step(self, params, version: int = 0) -> list[Turn]:
     """One round: admit, one prefill call (more while nothing decodes), one
     decode chunk. Returns the turns that stopped."""
+    t0 = time.perf_counter()
     self._admit()
     self._prefill(params)
-    if not self._slots.active.any():
-      return []
-    return self._decode(params, version)
+    turns = self._decode(params, version) if self._slots.active.any() else []
+    self.stats["step_s"] += time.perf_counter() - t0
+    return turns
 
   def generate(self, params, prompts: Sequence[Sequence[int]], keys: np.ndarray,
                max_new_tokens: int, version: int = 0) -> list[Turn]:
@@ -188,6 +196,22 @@ class Engine:
         done[turn.seq] = turn
         self.finish(turn.seq)
     return [done[i] for i in ids]
+
+  def warm_up(self, params) -> None:
+    """Runs every program once (each decode width, a prefill) without changing
+    any sequence: compilation happens here, not in the first rounds."""
+    idle = self._slots._replace(active=np.zeros_like(self._slots.active))
+    self._cache, _ = self.programs.decode(params, self._cache, idle)
+    for width in self.programs.widths:
+      for bound in self.programs.bounds:
+        if width < self.cfg.slots or bound < self.shape.cache_len:
+          sub = Slots(*(x[:width] for x in idle))
+          index = np.full(width, self.cfg.slots, np.int32)
+          self._cache, _ = self.programs.decode_rows[bound](params, self._cache, sub, index)
+    rows, c = self.shape.prefill_rows, self.shape.prefill_len
+    self._cache = self.programs.prefill(params, self._cache, np.full(rows, self.cfg.slots, np.int32),
+                                        np.zeros((rows, c), np.int32), np.zeros(rows, np.int32))
+    jax.block_until_ready(self._cache)
 
   def _admit(self) -> None:
     free = [s for s, o in enumerate(self._owner) if o is None]
@@ -213,12 +237,12 @@ class Engine:
       seq.slot, seq.cached = None, 0
 
   def _prefill(self, params) -> None:
-    """Prefill calls: one, or more while no slot decodes (nothing to stall)."""
+    """Prefill calls: one, or more while under half the slots decode (few to stall)."""
     calls = 0
     while True:
       for seq in [q for q in self._prefilling if q.cached == len(q.tokens) - 1]:
         self._activate(seq)
-      if not self._prefilling or (calls and self._slots.active.any()):
+      if not self._prefilling or (calls and 2 * self._slots.active.sum() >= self.cfg.slots):
         return
       self._prefill_call(params)
       calls += 1
@@ -247,11 +271,12 @@ class Engine:
 
   def _decode(self, params, version: int) -> list[Turn]:
     before = self._slots.count.copy()
-    self._cache, emitted = self.programs.decode(params, self._cache, self._slots)
-    tokens, logprobs, slots = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
-    self._slots = Slots(*(np.array(x) for x in slots))
+    t0 = time.perf_counter()
+    tokens, logprobs, width = self._decode_chunk(params)
+    # The wait for the chunk (and any prefill queued before it): device time.
+    self.stats["device_s"] += time.perf_counter() - t0
     self.stats["decode_chunks"] += 1
-    self.stats["slot_steps"] += self.cfg.slots * self.shape.chunk_steps
+    self.stats["slot_steps"] += width * self.shape.chunk_steps
     turns = []
     for s, seq in enumerate(self._owner):
       if seq is None or seq in self._prefilling or seq.id in self._parked:
@@ -264,6 +289,35 @@ class Engine:
       if not self._slots.active[s]:
         turns.append(self._end_turn(seq))
     return turns
+
+  def _decode_chunk(self, params) -> tuple[np.ndarray, np.ndarray, int]:
+    """One chunk over the narrowest width that holds the active slots and the
+    fewest positions that hold their chunk; returns [S, k] tokens and
+    log-probs (rows of slots not run: pad, 0) and the width."""
+    sl, k = self._slots, self.shape.chunk_steps
+    active = np.flatnonzero(sl.active)
+    width = min(w for w in self.programs.widths if w >= len(active))
+    # The last position a row writes is position + k - 1; bound - 1 is its scratch.
+    need = int(sl.position[active].max()) + k + 1
+    bound = min(b for b in self.programs.bounds if b >= need)
+    self.stats["slot_positions"] += width * k * bound
+    if width == self.cfg.slots and bound == self.shape.cache_len:
+      self._cache, emitted = self.programs.decode(params, self._cache, sl)
+      tokens, logprobs, slots = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
+      self._slots = Slots(*(np.array(x) for x in slots))
+      return tokens, logprobs, width
+    index = np.full(width, self.cfg.slots, np.int32)      # out of range: padding
+    index[:len(active)] = active
+    sub = Slots(*(x[np.minimum(index, self.cfg.slots - 1)] for x in sl))
+    sub.active[len(active):] = False
+    self._cache, emitted = self.programs.decode_rows[bound](params, self._cache, sub, index)
+    sub_tokens, sub_logprobs, sub = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
+    tokens = np.full((self.cfg.slots, k), self._pad, np.int32)
+    logprobs = np.zeros(tokens.shape, np.float32)
+    tokens[active], logprobs[active] = sub_tokens[:len(active)], sub_logprobs[:len(active)]
+    for full, part in zip(sl, sub):
+      full[active] = part[:len(active)]
+    return tokens, logprobs, width
 
   def _end_turn(self, seq: _Seq) -> Turn:
     seq.tokens += seq.sampled

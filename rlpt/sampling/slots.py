@@ -11,7 +11,10 @@ of one fixed shape:
   with slot index >= the slot count are padding and write nothing.
 * ``decode_steps``: k decode steps over every slot. Each step feeds each
   slot's pending token (sampled or observed, not yet cached) at its position,
-  caches it, and samples the next token of the active slots.
+  caches it, and samples the next token of the active slots. ``decode_rows``
+  runs them over W gathered slots and their first ``bound`` positions (a
+  short ladder of each), so a chunk pays neither for idle slots nor for
+  positions no active sequence has reached.
 
 Each slot samples with its own key: token i of a turn draws from
 ``fold_in(turn_key, i)``, and no row reads another, so a sequence's tokens do
@@ -107,6 +110,44 @@ def decode_steps(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
   return cache, Emitted(toks, logps, slots)
 
 
+def _positions_axis(name: str) -> int:
+  """The position axis of a cache field: keys [S, K, H, L], the rest [S, K, L, ...]."""
+  return 3 if name == "k" else 2
+
+
+def gather_rows(cache, slot_A: jax.Array, bound: int | None = None):
+  """The cache rows of slots ``slot_A`` (an out-of-range index reads the last
+  slot), their positions ``[0, bound)`` only when ``bound`` is given."""
+  def take(name, x):
+    x = jnp.take(x, slot_A, axis=0, mode="clip")
+    return x if bound is None else jax.lax.slice_in_dim(x, 0, bound, axis=_positions_axis(name))
+  return type(cache)(*(tuple(take(n, x) for x in f) for n, f in zip(cache._fields, cache)))
+
+
+def scatter_rows(cache, slot_A: jax.Array, rows):
+  """``cache`` with ``rows`` (all positions, or the first ones) written back at
+  slots ``slot_A`` (an out-of-range index is dropped)."""
+  def put(name, x, r):
+    index = [slot_A] + [slice(None)] * (x.ndim - 1)
+    index[_positions_axis(name)] = slice(0, r.shape[_positions_axis(name)])
+    return x.at[tuple(index)].set(r, mode="drop")
+  return type(cache)(*(tuple(put(n, x, r) for x, r in zip(f, fr))
+                       for n, f, fr in zip(cache._fields, cache, rows)))
+
+
+def decode_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slots_W: Slots,
+                slot_W: jax.Array, sampling: SamplingParams, steps: int,
+                stop_ids: tuple[int, ...], pad_id: int, bound: int) -> tuple[object, Emitted]:
+  """``decode_steps`` over slots ``slot_W`` only (their state ``slots_W``) and
+  their first ``bound`` positions: a chunk costs W rows of ``bound`` positions,
+  not every slot's whole row. The caller picks ``bound`` above every active
+  slot's position after the chunk; what an idle row writes at ``bound - 1``
+  lies past the row's cached tokens. Padding rows (index >= S) write nothing."""
+  rows, emitted = decode_steps(graphdef, layout, params, gather_rows(cache, slot_W, bound),
+                               slots_W, sampling, steps, stop_ids, pad_id)
+  return scatter_rows(cache, slot_W, rows), emitted
+
+
 def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot_A: jax.Array,
                  tokens_AxC: jax.Array, start_A: jax.Array):
   """Caches ``tokens_AxC`` at positions ``start_A + [0, C)`` of slots ``slot_A``.
@@ -118,9 +159,7 @@ def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
   """
   params = as_params(params)
   c = tokens_AxC.shape[1]
-  take = lambda x: jnp.take(x, slot_A, axis=0, mode="clip")
-  rows = type(cache)(*(tuple(take(x) for x in field) for field in cache))
   positions = start_A[:, None] + jnp.arange(c, dtype=jnp.int32)[None, :]
-  _, rows = cached_forward(graphdef, params, tokens_AxC, positions, rows, layout, with_logits=False)
-  put = lambda x, r: x.at[slot_A].set(r, mode="drop")
-  return type(cache)(*(tuple(put(x, r) for x, r in zip(f, fr)) for f, fr in zip(cache, rows)))
+  _, rows = cached_forward(graphdef, params, tokens_AxC, positions, gather_rows(cache, slot_A),
+                           layout, with_logits=False)
+  return scatter_rows(cache, slot_A, rows)

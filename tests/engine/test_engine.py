@@ -34,9 +34,9 @@ def model():
   return nnx.split(Transformer(CFG, nnx.Rngs(0)))
 
 
-def _engine(model, sampling=SamplingParams(1.0), stop=(EOS,), **kw):
+def _engine(model, sampling=SamplingParams(1.0), stop=(EOS,), devices=None, **kw):
   graphdef, params = model
-  mesh = make_mesh({"data": -1})
+  mesh = make_mesh({"data": -1}, devices)
   ctx = RunContext(mesh, DEFAULT_RULES, SAMPLE_RULES, 0, types.SimpleNamespace(pad_id=PAD),
                    ProgramPool())
   sampled = SampledModel(CFG, graphdef, state_shardings(params, mesh, SAMPLE_RULES))
@@ -69,8 +69,10 @@ def test_greedy_equals_the_static_sampler(model):
     np.testing.assert_array_equal(turn.tokens, np.asarray(out.tokens[i, :n]))
     np.testing.assert_allclose(turn.logprobs, np.asarray(out.logprobs[i, :n]), atol=ATOL, rtol=0)
     assert turn.stopped == (turn.tokens[-1] == EOS)
-  # Two programs and the store's initialiser, whatever the lengths.
-  assert len(ctx.programs) == 3
+  # The store's initialiser, prefill and a decode program per (width, bound)
+  # used (8 slots over 8 devices: one width), whatever the lengths.
+  assert engine.programs.widths == (8,) and engine.programs.bounds == (56, 32, 16)
+  assert len(ctx.programs) <= 2 + 3
 
 
 @pytest.mark.parametrize("sampling", [
@@ -118,6 +120,23 @@ def test_a_sequences_tokens_do_not_depend_on_its_neighbours(model):
     for i in range(24):
       np.testing.assert_array_equal(run[i].tokens, runs[0][i].tokens)
       np.testing.assert_allclose(run[i].logprobs, runs[0][i].logprobs, atol=ATOL, rtol=0)
+
+
+def test_narrow_decode_widths_sample_the_same_tokens(model):
+  """On one device the widths are 8, 4, 2, 1 slots: a draining engine decodes
+  its last sequences in narrower programs, with the same tokens."""
+  _, params = model
+  prompts, keys = _prompts(20, seed=5), _keys(20)
+  wide, _ = _engine(model)
+  narrow, ctx = _engine(model, devices=jax.devices()[:1])
+  assert narrow.programs.widths == (8, 4, 2, 1)
+  want = wide.generate(params, prompts, keys, 16)
+  got = narrow.generate(params, prompts, keys, 16)
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=ATOL, rtol=0)
+  assert narrow.stats["slot_steps"] < 8 * narrow.stats["decode_chunks"] * 4
+  assert len(ctx.programs) <= 2 + 4 * 3
 
 
 def _episodes(engine, params, prompts, turns, obs_len=3, latency=0):
@@ -175,7 +194,7 @@ def test_scarce_slots_release_parked_episodes_and_replay_them(model):
   for i in range(16):
     for a, b in zip(got[i], want[i]):
       np.testing.assert_array_equal(a, b)
-  assert len(ctx.programs) == 3
+  assert len(ctx.programs) <= 2 + 3
 
 
 def test_turns_record_the_policy_version_of_each_token(model):
@@ -205,3 +224,17 @@ def test_mistakes_are_named(model):
     engine.extend("z", [1], _keys(1)[0], 4)
   with pytest.raises(ValueError, match="engine.prefill_rows must be in"):
     EngineConfig(slots=4, prefill_rows=5)
+
+
+def test_warm_up_compiles_every_program_and_changes_nothing(model):
+  _, params = model
+  prompts, keys = _prompts(12, seed=6), _keys(12)
+  want = _engine(model, devices=jax.devices()[:1])[0].generate(params, prompts, keys, 12)
+  engine, ctx = _engine(model, devices=jax.devices()[:1])
+  engine.warm_up(params)
+  compiled = len(ctx.programs)
+  assert compiled == 2 + len(engine.programs.widths) * len(engine.programs.bounds)
+  got = engine.generate(params, prompts, keys, 12)
+  assert len(ctx.programs) == compiled
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
