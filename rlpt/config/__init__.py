@@ -12,7 +12,8 @@ Layout: ``schema`` (the generic machinery: ``from_config_dict``,
 ``rl_sections``, ``run_sections`` and ``train`` (the sections of an RL run and
 TrainConfig),
 ``plan`` (PlanConfig); ``model`` (ModelConfig, RopeScaling, LoraConfig),
-``rules`` (the mesh and logical axes, the rules tables), ``losses``
+``rules`` (the mesh and logical axes, the rules tables), ``engine``
+(EngineConfig), ``losses``
 (LossConfig, ValueLossConfig): the configs the pure code below reads.
 Everything is imported from ``rlpt.config``.
 
@@ -20,6 +21,7 @@ A leaf: nothing here imports rlpt beyond this package and `rlpt.registry`,
 through which names (losses, estimators, strategies) are checked.
 """
 
+from rlpt.config.engine import EngineConfig
 from rlpt.config.losses import LossConfig, ValueLossConfig
 from rlpt.config.model import LoraConfig, ModelConfig, RopeScaling
 from rlpt.config.plan import PlanConfig
@@ -76,6 +78,7 @@ __all__ = [
     "RLConfig",
     "RolloutConfig",
     "SpeculativeConfig",
+    "EngineConfig",
     "ValueConfig",
     "TrainConfig",
     "PlanConfig",

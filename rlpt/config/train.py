@@ -13,6 +13,7 @@ from rlpt.config.rl_sections import (
     SpeculativeConfig,
     ValueConfig,
 )
+from rlpt.config.engine import EngineConfig
 from rlpt.config.run_sections import CheckpointConfig, CurriculumConfig, EvalConfig
 from rlpt.config.schema import ConfigError, _require
 from rlpt.config.sections import DomainsConfig, MeshConfig, OptimConfig, ShardingConfig
@@ -31,6 +32,7 @@ class TrainConfig:
   domains: DomainsConfig = DomainsConfig(ids=("rlpt/math-add-easy-v0",))
   rollout: RolloutConfig = RolloutConfig()
   speculative: SpeculativeConfig = SpeculativeConfig()
+  engine: EngineConfig = EngineConfig()
   env: EnvConfig = EnvConfig()
   rl: RLConfig = RLConfig()
   value: ValueConfig = ValueConfig()

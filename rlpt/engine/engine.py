@@ -33,40 +33,12 @@ from typing import Hashable, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from rlpt.device import RunContext, to_host
-from rlpt.engine.programs import EngineShape, build_programs
+from rlpt.device import RunContext, check_batch, to_host
+from rlpt.config.engine import EngineConfig
+from rlpt.engine.programs import EnginePrograms
 from rlpt.rollout.sections import SampledModel
 from rlpt.sampling.logits import SamplingParams
 from rlpt.sampling.slots import Slots
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineConfig:
-  """slots: sequences decoding at once; max_len: tokens of one sequence, its
-  prompt and every turn and observation; chunk_steps: decode steps per
-  compiled chunk (between two admissions); prefill_rows / prefill_len: rows
-  and tokens of one prefill call (0 rows: a quarter of the slots)."""
-
-  slots: int = 64
-  max_len: int = 512
-  chunk_steps: int = 16
-  prefill_rows: int = 0
-  prefill_len: int = 64
-  kv_int8: bool = False
-
-  def __post_init__(self):
-    for name in ("slots", "max_len", "chunk_steps", "prefill_len"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"engine.{name} must be >= 1, got {getattr(self, name)}.")
-    if not 0 <= self.prefill_rows <= self.slots:
-      raise ValueError(f"engine.prefill_rows must be in [0, slots={self.slots}] (0: slots // 4), "
-                       f"got {self.prefill_rows}.")
-
-  def shape(self) -> EngineShape:
-    rows = self.prefill_rows or max(1, self.slots // 4)
-    # A prefill chunk may run prefill_len - 1 positions past a sequence's end.
-    return EngineShape(self.slots, self.max_len + self.prefill_len, self.chunk_steps, rows,
-                       self.prefill_len, self.kv_int8)
 
 
 class Turn(NamedTuple):
@@ -104,13 +76,13 @@ class Engine:
   """
 
   def __init__(self, cfg: EngineConfig, ctx: RunContext, model: SampledModel,
-               sampling: SamplingParams, stop_ids: Sequence[int]):
-    self.cfg, self.shape = cfg, cfg.shape()
+               stop_ids: Sequence[int]):
+    check_batch(cfg.slots, ctx.mesh, ctx.sample_rules, "engine.slots")
+    self.cfg = cfg
     self.stop_ids = tuple(int(t) for t in stop_ids)
     pad = self._pad = ctx.tokenizer.pad_id
-    self.programs = build_programs(ctx.programs, model.graphdef, model.model_cfg, self.shape,
-                                   model.shardings, ctx.mesh, ctx.sample_rules, sampling,
-                                   self.stop_ids, pad)
+    self.programs = EnginePrograms(ctx.programs, model.graphdef, model.model_cfg, cfg,
+                                   model.shardings, (ctx.mesh, ctx.sample_rules))
     self._cache = self.programs.init()
     s = cfg.slots
     key_width = jax.random.key_data(jax.random.key(0)).shape[-1]
@@ -173,18 +145,18 @@ class Engine:
 
   # ------------------------------------------------------------------ rounds
 
-  def step(self, params, version: int = 0) -> list[Turn]:
+  def step(self, params, sampling: SamplingParams, version: int = 0) -> list[Turn]:
     """One round: admit, one prefill call (more while nothing decodes), one
     decode chunk. Returns the turns that stopped."""
     t0 = time.perf_counter()
     self._admit()
     self._prefill(params)
-    turns = self._decode(params, version) if self._slots.active.any() else []
+    turns = self._decode(params, sampling, version) if self._slots.active.any() else []
     self.stats["step_s"] += time.perf_counter() - t0
     return turns
 
-  def generate(self, params, prompts: Sequence[Sequence[int]], keys: np.ndarray,
-               max_new_tokens: int, version: int = 0) -> list[Turn]:
+  def generate(self, params, sampling: SamplingParams, prompts: Sequence[Sequence[int]],
+               keys: np.ndarray, max_new_tokens: int, version: int = 0) -> list[Turn]:
     """Single-turn sampling of ``prompts`` (key data ``keys[i]`` each), in order."""
     ids = [("generate", self.stats["generate_calls"], i) for i in range(len(prompts))]
     self.stats["generate_calls"] += 1
@@ -192,23 +164,24 @@ class Engine:
       self.add(ids[i], p, keys[i], max_new_tokens)
     done = {}
     while len(done) < len(ids):
-      for turn in self.step(params, version):
+      for turn in self.step(params, sampling, version):
         done[turn.seq] = turn
         self.finish(turn.seq)
     return [done[i] for i in ids]
 
-  def warm_up(self, params) -> None:
+  def warm_up(self, params, sampling: SamplingParams) -> None:
     """Runs every program once (each decode width, a prefill) without changing
     any sequence: compilation happens here, not in the first rounds."""
     idle = self._slots._replace(active=np.zeros_like(self._slots.active))
-    self._cache, _ = self.programs.decode(params, self._cache, idle)
+    full, rows = self.programs.decoders(sampling, self.stop_ids, self._pad)
+    self._cache, _ = full(params, self._cache, idle)
     for width in self.programs.widths:
       for bound in self.programs.bounds:
-        if width < self.cfg.slots or bound < self.shape.cache_len:
+        if width < self.cfg.slots or bound < self.cfg.cache_len:
           sub = Slots(*(x[:width] for x in idle))
           index = np.full(width, self.cfg.slots, np.int32)
-          self._cache, _ = self.programs.decode_rows[bound](params, self._cache, sub, index)
-    rows, c = self.shape.prefill_rows, self.shape.prefill_len
+          self._cache, _ = rows[bound](params, self._cache, sub, index)
+    rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
     self._cache = self.programs.prefill(params, self._cache, np.full(rows, self.cfg.slots, np.int32),
                                         np.zeros((rows, c), np.int32), np.zeros(rows, np.int32))
     jax.block_until_ready(self._cache)
@@ -248,7 +221,7 @@ class Engine:
       calls += 1
 
   def _prefill_call(self, params) -> None:
-    rows, c = self.shape.prefill_rows, self.shape.prefill_len
+    rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
     slot_a = np.full(rows, self.cfg.slots, np.int32)   # out of range: padding
     tokens = np.zeros((rows, c), np.int32)
     start = np.zeros(rows, np.int32)
@@ -269,14 +242,14 @@ class Engine:
     sl.pending[s], sl.position[s], sl.active[s] = seq.tokens[-1], len(seq.tokens) - 1, True
     sl.key[s], sl.count[s], sl.budget[s] = seq.key, 0, seq.budget
 
-  def _decode(self, params, version: int) -> list[Turn]:
+  def _decode(self, params, sampling: SamplingParams, version: int) -> list[Turn]:
     before = self._slots.count.copy()
     t0 = time.perf_counter()
-    tokens, logprobs, width = self._decode_chunk(params)
+    tokens, logprobs, width = self._decode_chunk(params, sampling)
     # The wait for the chunk (and any prefill queued before it): device time.
     self.stats["device_s"] += time.perf_counter() - t0
     self.stats["decode_chunks"] += 1
-    self.stats["slot_steps"] += width * self.shape.chunk_steps
+    self.stats["slot_steps"] += width * self.cfg.chunk_steps
     turns = []
     for s, seq in enumerate(self._owner):
       if seq is None or seq in self._prefilling or seq.id in self._parked:
@@ -290,19 +263,20 @@ class Engine:
         turns.append(self._end_turn(seq))
     return turns
 
-  def _decode_chunk(self, params) -> tuple[np.ndarray, np.ndarray, int]:
+  def _decode_chunk(self, params, sampling) -> tuple[np.ndarray, np.ndarray, int]:
     """One chunk over the narrowest width that holds the active slots and the
     fewest positions that hold their chunk; returns [S, k] tokens and
     log-probs (rows of slots not run: pad, 0) and the width."""
-    sl, k = self._slots, self.shape.chunk_steps
+    sl, k = self._slots, self.cfg.chunk_steps
     active = np.flatnonzero(sl.active)
     width = min(w for w in self.programs.widths if w >= len(active))
     # The last position a row writes is position + k - 1; bound - 1 is its scratch.
     need = int(sl.position[active].max()) + k + 1
     bound = min(b for b in self.programs.bounds if b >= need)
     self.stats["slot_positions"] += width * k * bound
-    if width == self.cfg.slots and bound == self.shape.cache_len:
-      self._cache, emitted = self.programs.decode(params, self._cache, sl)
+    full, rows = self.programs.decoders(sampling, self.stop_ids, self._pad)
+    if width == self.cfg.slots and bound == self.cfg.cache_len:
+      self._cache, emitted = full(params, self._cache, sl)
       tokens, logprobs, slots = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
       self._slots = Slots(*(np.array(x) for x in slots))
       return tokens, logprobs, width
@@ -310,7 +284,7 @@ class Engine:
     index[:len(active)] = active
     sub = Slots(*(x[np.minimum(index, self.cfg.slots - 1)] for x in sl))
     sub.active[len(active):] = False
-    self._cache, emitted = self.programs.decode_rows[bound](params, self._cache, sub, index)
+    self._cache, emitted = rows[bound](params, self._cache, sub, index)
     sub_tokens, sub_logprobs, sub = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
     tokens = np.full((self.cfg.slots, k), self._pad, np.int32)
     logprobs = np.zeros(tokens.shape, np.float32)

@@ -1,21 +1,21 @@
-"""The engine's two compiled programs, with explicit shardings on the sample mesh.
+"""The engine's compiled programs, with explicit shardings on the sample mesh.
 
 The slot axis of the KV store and of the slots' state is the ``batch`` rule's
 (sharded over the data axis); a prefill call's A rows are replicated (they
 gather their slots' cache rows). An engine compiles its store's initialiser,
-one prefill program and at most 16 decode programs (four widths,
-``row_ladder``, by four position bounds, ``bound_ladder``), whatever the
-workload.
+one prefill program and, per sampling mode it decodes with, at most 16 decode
+programs (four widths, ``row_ladder``, by four position bounds,
+``bound_ladder``), whatever the workload.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 from flax import nnx
 from jax.sharding import Mesh
 
+from rlpt.config.engine import EngineConfig
 from rlpt.config.model import ModelConfig
 from rlpt.device import ProgramPool, batch_multiple, batch_sharding, replicated
 from rlpt.device.programs import with_rules
@@ -27,88 +27,21 @@ from rlpt.sampling.slots import Emitted, Slots, decode_rows, decode_steps, prefi
 from rlpt.sharding import K_CACHE_AXES, KV_CACHE_AXES, Rules, named_sharding
 
 
-@dataclasses.dataclass(frozen=True)
-class EngineShape:
-  """What fixes the engine's programs: slots, their cache length, decode steps
-  per chunk, prefill rows and tokens per prefill call, and the KV dtype."""
-
-  slots: int
-  cache_len: int
-  chunk_steps: int
-  prefill_rows: int
-  prefill_len: int
-  kv_int8: bool
-
-
-def cache_shardings(cfg: ModelConfig, shape: EngineShape, mesh: Mesh, rules: Rules):
+def cache_shardings(model_cfg: ModelConfig, cfg: EngineConfig, mesh: Mesh, rules: Rules):
   """Shardings of the KV store: slots on the ``batch`` rule, kv heads on theirs."""
-  n, s = cfg.num_layers, shape.slots
-  k_sh = named_sharding(K_CACHE_AXES, mesh, rules, (s, cfg.num_kv_heads, cfg.head_dim,
-                                                    shape.cache_len), "engine keys")
-  v_sh = named_sharding(KV_CACHE_AXES, mesh, rules, (s, cfg.num_kv_heads, shape.cache_len,
-                                                     cfg.head_dim), "engine values")
-  if not shape.kv_int8:
+  n, s, k, h, length = (model_cfg.num_layers, cfg.slots, model_cfg.num_kv_heads,
+                        model_cfg.head_dim, cfg.cache_len)
+  k_sh = named_sharding(K_CACHE_AXES, mesh, rules, (s, k, h, length), "engine keys")
+  v_sh = named_sharding(KV_CACHE_AXES, mesh, rules, (s, k, length, h), "engine values")
+  if not cfg.kv_int8:
     return KVCache((k_sh,) * n, (v_sh,) * n)
-  sc = named_sharding(("batch", "kv_heads", "seq"), mesh, rules,
-                      (s, cfg.num_kv_heads, shape.cache_len), "engine kv scales")
+  sc = named_sharding(("batch", "kv_heads", "seq"), mesh, rules, (s, k, length), "engine kv scales")
   return Int8KVCache((k_sh,) * n, (v_sh,) * n, (sc,) * n, (sc,) * n)
-
-
-def slots_shardings(mesh: Mesh, rules: Rules) -> Slots:
-  b1, b2 = batch_sharding(mesh, rules, 1), batch_sharding(mesh, rules, 2)
-  return Slots(b1, b1, b1, b2, b1, b1)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class EnginePrograms:
-  """``init()`` -> an empty KV store; ``decode(params, cache, slots)`` -> (cache,
-  Emitted) over every slot and position; ``decode_rows[bound](params, cache,
-  slots_W, slot_W)`` the same over W slots' first ``bound`` positions (one
-  program per W of ``widths`` and bound of ``bounds``); ``prefill(params,
-  cache, slot_A, tokens_AxC, start_A)`` -> cache. The cache is donated."""
-
-  init: object
-  decode: object
-  decode_rows: dict
-  prefill: object
-  widths: tuple[int, ...]
-  bounds: tuple[int, ...]
-
-
-def build_programs(programs: ProgramPool, graphdef: nnx.GraphDef, cfg: ModelConfig,
-                   shape: EngineShape, param_shardings, mesh: Mesh, rules: Rules,
-                   sampling: SamplingParams, stop_ids: tuple[int, ...],
-                   pad_id: int) -> EnginePrograms:
-  check_model_cfg(cfg)
-  layout = FlatLayout(shape.kv_int8)
-  cache_sh, slots_sh, rep = cache_shardings(cfg, shape, mesh, rules), slots_shardings(mesh, rules), replicated(mesh)
-  emitted_sh = Emitted(batch_sharding(mesh, rules, 2), batch_sharding(mesh, rules, 2), slots_sh)
-  init = programs.jit(lambda: layout.init(cfg, shape.slots, shape.cache_len),
-                      out_shardings=cache_sh)
-  static = dict(sampling=sampling, steps=shape.chunk_steps, stop_ids=stop_ids, pad_id=pad_id)
-  decode = functools.partial(decode_steps, graphdef, layout, **static)
-  rows = functools.partial(decode_rows, graphdef, layout, **static)
-  prefill = functools.partial(prefill_rows, graphdef, layout)
-  bounds = bound_ladder(shape.cache_len, shape.chunk_steps)
-  return EnginePrograms(
-      init=init,
-      decode=programs.jit(with_rules(decode, mesh, rules),
-                          in_shardings=(param_shardings, cache_sh, slots_sh),
-                          out_shardings=(cache_sh, emitted_sh), donate_argnums=1),
-      decode_rows={b: programs.jit(with_rules(functools.partial(rows, bound=b), mesh, rules),
-                                   in_shardings=(param_shardings, cache_sh, slots_sh,
-                                                 batch_sharding(mesh, rules, 1)),
-                                   out_shardings=(cache_sh, emitted_sh), donate_argnums=1)
-                   for b in bounds},
-      prefill=programs.jit(with_rules(prefill, mesh, rules),
-                           in_shardings=(param_shardings, cache_sh, rep, rep, rep),
-                           out_shardings=cache_sh, donate_argnums=1),
-      widths=row_ladder(shape.slots, batch_multiple(mesh, rules)), bounds=bounds)
 
 
 def row_ladder(slots: int, multiple: int) -> tuple[int, ...]:
   """Decode widths: ``slots`` halved while the half is a multiple of ``multiple``
-  (the batch shards) and at least 1/8 of the slots, so at most four programs."""
+  (the batch shards), at most four widths."""
   ladder = [slots]
   while len(ladder) < 4 and ladder[-1] % 2 == 0 and (ladder[-1] // 2) % multiple == 0:
     ladder.append(ladder[-1] // 2)
@@ -125,3 +58,54 @@ def bound_ladder(cache_len: int, chunk_steps: int) -> tuple[int, ...]:
       break
     ladder.append(half)
   return tuple(ladder)
+
+
+class EnginePrograms:
+  """``init()`` -> an empty KV store; ``prefill(params, cache, slot_A,
+  tokens_AxC, start_A)`` -> cache; ``decoders(sampling)`` -> (``decode(params,
+  cache, slots)`` over every slot and position, ``{bound: decode_rows(params,
+  cache, slots_W, slot_W)}`` over W slots' first ``bound`` positions), each ->
+  (cache, Emitted). The cache is donated."""
+
+  def __init__(self, programs: ProgramPool, graphdef: nnx.GraphDef, model_cfg: ModelConfig,
+               cfg: EngineConfig, param_shardings, place: tuple[Mesh, Rules]):
+    check_model_cfg(model_cfg)
+    if cfg.max_len < 1:
+      raise ValueError("engine.max_len is 0: a run fills it in from the rollout; "
+                       "an engine built directly needs max_len >= 1.")
+    mesh, rules = place
+    self.programs, self.graphdef, self.cfg, self.place = programs, graphdef, cfg, place
+    self.layout = FlatLayout(cfg.kv_int8)
+    self.param_sh = param_shardings
+    self.cache_sh = cache_shardings(model_cfg, cfg, mesh, rules)
+    self.widths = row_ladder(cfg.slots, batch_multiple(mesh, rules))
+    self.bounds = bound_ladder(cfg.cache_len, cfg.chunk_steps)
+    self.init = programs.jit(lambda: self.layout.init(model_cfg, cfg.slots, cfg.cache_len),
+                             out_shardings=self.cache_sh)
+    rep = replicated(mesh)
+    self.prefill = programs.jit(
+        with_rules(functools.partial(prefill_rows, graphdef, self.layout), mesh, rules),
+        in_shardings=(param_shardings, self.cache_sh, rep, rep, rep),
+        out_shardings=self.cache_sh, donate_argnums=1)
+    self._decoders: dict = {}
+
+  def decoders(self, sampling: SamplingParams, stop_ids: tuple[int, ...], pad_id: int):
+    key = (sampling, stop_ids, pad_id)
+    if key not in self._decoders:
+      self._decoders[key] = self._build_decoders(sampling, stop_ids, pad_id)
+    return self._decoders[key]
+
+  def _build_decoders(self, sampling, stop_ids, pad_id):
+    mesh, rules = self.place
+    b1, b2 = batch_sharding(mesh, rules, 1), batch_sharding(mesh, rules, 2)
+    slots_sh = Slots(b1, b1, b1, b2, b1, b1)
+    out_sh = (self.cache_sh, Emitted(b2, b2, slots_sh))
+    static = dict(sampling=sampling, steps=self.cfg.chunk_steps, stop_ids=stop_ids, pad_id=pad_id)
+    jit = lambda fn, ins: self.programs.jit(with_rules(fn, mesh, rules), in_shardings=ins,
+                                            out_shardings=out_sh, donate_argnums=1)
+    full = jit(functools.partial(decode_steps, self.graphdef, self.layout, **static),
+               (self.param_sh, self.cache_sh, slots_sh))
+    rows = {b: jit(functools.partial(decode_rows, self.graphdef, self.layout, bound=b, **static),
+                   (self.param_sh, self.cache_sh, slots_sh, b1))
+            for b in self.bounds}
+    return full, rows

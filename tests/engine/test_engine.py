@@ -41,7 +41,26 @@ def _engine(model, sampling=SamplingParams(1.0), stop=(EOS,), devices=None, **kw
                    ProgramPool())
   sampled = SampledModel(CFG, graphdef, state_shardings(params, mesh, SAMPLE_RULES))
   cfg = dict(slots=8, max_len=48, chunk_steps=4, prefill_len=8) | kw
-  return Engine(EngineConfig(**cfg), ctx, sampled, sampling, stop), ctx
+  return _Bound(Engine(EngineConfig(**cfg), ctx, sampled, stop), sampling), ctx
+
+
+class _Bound:
+  """An engine with one sampling mode, as the tests use it."""
+
+  def __init__(self, engine, sampling):
+    self.engine, self.sampling = engine, sampling
+
+  def __getattr__(self, name):
+    return getattr(self.engine, name)
+
+  def generate(self, params, *args, **kw):
+    return self.engine.generate(params, self.sampling, *args, **kw)
+
+  def step(self, params, version=0):
+    return self.engine.step(params, self.sampling, version)
+
+  def warm_up(self, params):
+    return self.engine.warm_up(params, self.sampling)
 
 
 def _prompts(n, seed, longest=15):

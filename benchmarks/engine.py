@@ -1,0 +1,193 @@
+r"""The continuous-batching engine against the static sampler, on the same sequences.
+
+    python benchmarks/engine.py [--sequences=256] [--slots=64] [--new_tokens=384]
+        [--mean_len=80] [--chunk_steps=16] [--width=4] [--temperature=10]
+
+Model: the default config at ``width`` times its width (d_model 128 * width,
+heads 4 * width, kv heads 2 * width, mlp 384 * width; 4 layers, head_dim 32,
+vocab 259), random init, sampled at ``temperature`` 10: at 1 a random-init
+model is near-deterministic (its top token has p ~ 1: it copies its context),
+at 10 its next-token distribution is near-uniform (entropy 5.52 of ln 259 =
+5.56 nats at width 4), so a fixed stop set gives geometric lengths.
+
+Long tail: ``sequences`` prompts of 8-64 random tokens. Stop tokens are picked
+from the model's own token frequencies (a probe decode of the first 64
+prompts without stops) so that
+a sequence stops at each step with probability about 1 / ``mean_len``:
+geometric lengths, capped at ``new_tokens``. Printed: length mean and
+max/mean, then for each path useful tokens/s (sampled tokens, stop tokens
+included, over the wall time of the whole workload, prefill and host work
+included, compilation excluded: each path runs once to compile, then is
+timed), the share of decode row-steps that were useful, compiled programs,
+and the KV bytes each path holds. The static path is ``rlpt.sampling.Sampler``
+(the default plain sampler, decode phases as the trainer picks them) in
+batches of ``slots`` rows, each waiting for its slowest row. Never-idle: the
+engine decoding ``slots`` sequences of 128 tokens with no stop token, every
+decode row-step counted as useful over its whole wall time (prefill and host
+included): the rate the long tail would reach if no slot ever idled.
+Host overhead: the engine's wall time outside waits for the device, as a
+share of its step time.
+"""
+
+import os
+import sys
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+_SEQS = flags.DEFINE_integer("sequences", 256, "Long-tail sequences.")
+_SLOTS = flags.DEFINE_integer("slots", 64, "Engine slots (and the static sampler's batch).")
+_NEW = flags.DEFINE_integer("new_tokens", 384, "Most tokens a sequence may sample.")
+_MEAN = flags.DEFINE_integer("mean_len", 80, "Target mean length (sets the stop tokens).")
+_CHUNK = flags.DEFINE_integer("chunk_steps", 16, "Engine decode steps per chunk.")
+_WIDTH = flags.DEFINE_integer("width", 4, "Multiple of the default model's width.")
+_TEMP = flags.DEFINE_float("temperature", 10.0, "Sampling temperature of both paths.")
+
+PAD, BOS = 256, 257
+
+
+def _setup(width):
+  from flax import nnx
+
+  from rlpt.device import ProgramPool, RunContext
+  from rlpt.models import ModelConfig, Transformer
+  from rlpt.rollout.sections import SampledModel
+  from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings
+  cfg = ModelConfig(d_model=128 * width, num_heads=4 * width, num_kv_heads=2 * width,
+                    mlp_dim=384 * width)
+  graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(0)))
+  mesh = make_mesh({"data": -1})
+  model = SampledModel(cfg, graphdef, state_shardings(params, mesh, SAMPLE_RULES))
+  ctx = lambda: RunContext(mesh, DEFAULT_RULES, SAMPLE_RULES, 0, types.SimpleNamespace(pad_id=PAD),
+                           ProgramPool())
+  return cfg, graphdef, params, model, ctx
+
+
+def _prompts(n, seed=0):
+  rng = np.random.default_rng(seed)
+  return [[BOS] + rng.integers(0, 256, size=k - 1).tolist() for k in rng.integers(8, 65, size=n)]
+
+
+def _keys(n, purpose=0):
+  from rlpt.keys import run_key
+  return np.stack([np.asarray(jax.random.key_data(run_key(purpose, "rollout", 1, 0, i)))
+                   for i in range(n)])
+
+
+def _stop_ids(engine_fn, params, prompts, keys, mean_len):
+  """Tokens whose summed frequency in a stop-free probe is about 1 / mean_len,
+  taken in a fixed random order (many rare tokens rather than one frequent
+  one: a random model's frequent tokens cluster in a few sequences)."""
+  probe = engine_fn(())
+  turns = probe.generate(params, prompts[:64], keys[:64], 64)
+  counts = np.bincount(np.concatenate([t.tokens for t in turns]), minlength=256)[:256]
+  freq = counts / counts.sum()
+  stops, mass = [], 0.0
+  for tok in np.random.default_rng(0).permutation(256):
+    if mass + freq[tok] > 1.0 / mean_len * 1.15 or freq[tok] > 0.25 / mean_len:
+      continue
+    stops.append(int(tok))
+    mass += freq[tok]
+    if mass >= 1.0 / mean_len * 0.9:
+      break
+  return tuple(stops), mass
+
+
+def _static(graphdef, cfg, params, prompts, keys, stops, slots, new_tokens):
+  from rlpt.device import ProgramPool
+  from rlpt.device.programs import jit_sampler
+  from rlpt.sampling import Sampler, SamplingParams
+  from rlpt.sampling.sampler import auto_decode_phases
+  from rlpt.sharding import SAMPLE_RULES, make_mesh, state_shardings
+  mesh = make_mesh({"data": -1})
+  width = -(-max(map(len, prompts)) // 16) * 16
+  sampler = Sampler(graphdef, cfg, width, new_tokens, PAD, stops,
+                    decode_phases=auto_decode_phases(new_tokens))
+  pool = ProgramPool()
+  fn = jit_sampler(pool, sampler, SamplingParams(_TEMP.value), state_shardings(params, mesh, SAMPLE_RULES),
+                   mesh, SAMPLE_RULES)
+
+  def run():
+    lengths = []
+    for b in range(0, len(prompts), slots):
+      batch = prompts[b:b + slots]
+      ids = np.full((slots, width), PAD, np.int32)
+      n = np.ones(slots, np.int32)
+      ids[:, 0] = BOS
+      for i, p in enumerate(batch):
+        ids[i, :len(p)], n[i] = p, len(p)
+      out = fn(params, ids, n, keys[b])
+      lengths += np.asarray(out.lengths)[:len(batch)].tolist()
+    return np.asarray(lengths)
+
+  run()
+  t = time.perf_counter()
+  lengths = run()
+  wall = time.perf_counter() - t
+  kv = slots * (width + new_tokens) * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
+  return lengths, wall, len(pool), kv
+
+
+def _engine_run(make, params, prompts, keys, new_tokens):
+  engine = make(None)
+  engine.warm_up(params)        # compiles every program
+
+  t = time.perf_counter()
+  turns = engine.generate(params, prompts, keys, new_tokens)
+  return turns, time.perf_counter() - t, engine
+
+
+def main(_):
+  from launch.common import quiet_libraries
+  quiet_libraries()
+  from rlpt.engine import Engine, EngineConfig
+  from rlpt.sampling import SamplingParams
+  cfg, graphdef, params, model, make_ctx = _setup(_WIDTH.value)
+  slots, new = _SLOTS.value, _NEW.value
+  ecfg = EngineConfig(slots=slots, max_len=64 + new, chunk_steps=_CHUNK.value)
+  ctxs, sampling = [], SamplingParams(_TEMP.value)
+
+  def make(stops):
+    ctxs.append(make_ctx())
+    engine = Engine(ecfg, ctxs[-1], model, stops if stops is not None else chosen)
+    generate, warm_up = engine.generate, engine.warm_up
+    engine.generate = lambda params, *args: generate(params, sampling, *args)
+    engine.warm_up = lambda params: warm_up(params, sampling)
+    return engine
+
+  prompts, keys = _prompts(_SEQS.value), _keys(_SEQS.value)
+  chosen, mass = _stop_ids(make, params, prompts, _keys(64, 1), _MEAN.value)
+  turns, e_wall, engine = _engine_run(make, params, prompts, keys, new)
+  lengths = np.array([len(t.tokens) for t in turns])
+  useful = int(lengths.sum())
+  print(f"model d_model {cfg.d_model}, {cfg.num_layers} layers, {cfg.num_heads} heads; "
+        f"{len(prompts)} sequences, {len(chosen)} stop tokens (probe mass {mass:.4f})")
+  s_len, s_wall, s_programs, s_kv = _static(graphdef, cfg, params, prompts, keys, chosen, slots, new)
+  for name, x in (("engine", lengths), ("static", s_len)):
+    print(f"{name} lengths: mean {x.mean():.1f}, max {x.max()}, max/mean {x.max() / x.mean():.2f}")
+  st = engine.stats
+  e_kv = slots * ecfg.shape().cache_len * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
+  print(f"{'path':<12}{'tokens/s':>10}{'useful steps':>14}{'programs':>10}{'KV MiB':>8}")
+  print(f"{'static':<12}{s_len.sum() / s_wall:>10.0f}"
+        f"{s_len.sum() / (-(-len(prompts) // slots) * slots * new):>14.2f}{s_programs:>10}"
+        f"{s_kv / 2**20:>8.1f}")
+  print(f"{'engine':<12}{useful / e_wall:>10.0f}{useful / st['slot_steps']:>14.2f}"
+        f"{len(ctxs[-1].programs):>10}{e_kv / 2**20:>8.1f}")
+  full = [p for p in prompts[:slots]]
+  _, b_wall, busy = _engine_run(lambda _: make(()), params, full, keys[:slots], 128)
+  # Every slot-step as if useful: the rate of an engine whose slots never idle.
+  never_idle = busy.stats["slot_steps"] / b_wall
+  print(f"{'never-idle':<12}{never_idle:>10.0f}{1.0:>14.2f}")
+  print(f"engine / static: {useful / e_wall / (s_len.sum() / s_wall):.2f}x; engine / never-idle: "
+        f"{useful / e_wall / never_idle:.2f}; host overhead "
+        f"{1 - st['device_s'] / st['step_s']:.3f} of step time "
+        f"({st['decode_chunks']} chunks, {st['prefill_calls']} prefill calls)")
+
+
+if __name__ == "__main__":
+  app.run(main)
