@@ -54,9 +54,8 @@ PAD, BOS = 256, 257
 def _setup(width):
   from flax import nnx
 
-  from rlpt.device import ProgramPool, RunContext
+  from rlpt.device import ProgramPool, RunContext, SampledModel
   from rlpt.models import ModelConfig, Transformer
-  from rlpt.rollout.sections import SampledModel
   from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings
   cfg = ModelConfig(d_model=128 * width, num_heads=4 * width, num_kv_heads=2 * width,
                     mlp_dim=384 * width)

@@ -57,6 +57,13 @@ class TrainConfig:
       _require(self.rollout.group_size >= 2,
                f"rollout.group_size must be >= 2 for {self.rl.advantage} (advantages are "
                f"relative to the group), got {self.rollout.group_size}.")
+    if self.engine.enabled:
+      ro = self.rollout
+      refused = [name for name, on in (("speculative.gamma", self.speculative.gamma),
+                                       ("rollout.weights_int8", ro.weights_int8),
+                                       ("rollout.share_prefix", ro.share_prefix)) if on]
+      _require(not refused, f"engine.enabled does not run {', '.join(refused)} yet (the static "
+               "sampler does): turn one off.")
     for check in CONFIG_CHECKS.values():  # e.g. the curriculum's strategy, params and weights
       try:
         check(self)

@@ -49,7 +49,7 @@ from rlpt.device.telemetry import (
     host_metrics,
     resident_mib,
 )
-from rlpt.device.context import RunContext
+from rlpt.device.context import RunContext, SampledModel
 from rlpt.device.transfer import host_to_global, make_reshard, to_device, to_host
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "PooledJit",
     "ProgramPool",
     "RunContext",
+    "SampledModel",
     "replicated",
     "resident_mib",
     "row_bucket",

@@ -9,17 +9,21 @@ mesh and the rules of the training layout (FSDP + tensor: the update, the
 reference and critic passes) and of the sampling layout (tensor only), the
 run's compiled programs (`ProgramPool`: bounded, counted, the run's own), the
 busy clock of its device work, the seed and its key scheme (`rlpt.keys`), and
-the tokenizer. A component takes this and its own config section. Two runs
+the tokenizer. A component takes this (and a sampler its `SampledModel`) and its own config section. Two runs
 in one process are two contexts: they share no programs, counts or clock.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import numpy as np
+from flax import nnx
 from jax.sharding import Mesh
+
+from rlpt.config.model import ModelConfig
 
 from rlpt.device.programs import ProgramPool
 from rlpt.device.telemetry import BusyClock
@@ -47,3 +51,12 @@ class RunContext:
   def numpy_rng(self, purpose: str, *indices: int) -> np.random.Generator:
     """The run's NumPy stream for ``purpose`` at ``indices`` (`rlpt.keys.numpy_rng`)."""
     return numpy_rng(self.seed, purpose, *indices)
+
+
+class SampledModel(NamedTuple):
+  """The policy as the samplers see it: its config, its graph, and its
+  parameters' shardings in the sampling layout (the weights come by handoff)."""
+
+  model_cfg: ModelConfig
+  graphdef: nnx.GraphDef
+  shardings: nnx.State

@@ -33,10 +33,9 @@ from typing import Hashable, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from rlpt.device import RunContext, check_batch, to_host
+from rlpt.device import RunContext, SampledModel, check_batch, to_host
 from rlpt.config.engine import EngineConfig
 from rlpt.engine.programs import EnginePrograms
-from rlpt.rollout.sections import SampledModel
 from rlpt.sampling.logits import SamplingParams
 from rlpt.sampling.slots import Slots
 

@@ -8,7 +8,7 @@ observed, never re-tokenized). An episode ends when its environment ends it or
 when its next context would exceed ``max_prompt_len`` (then it ends unsolved,
 with the reward it has).
 
-Two ways to schedule the later turns:
+Three ways to schedule the later turns:
 
 - batch-synchronous (``interleave=False``, the default): turn t+1 is sampled
   once every episode's turn t is graded. The sampled tokens do not depend on
@@ -20,6 +20,12 @@ Two ways to schedule the later turns:
   back only its own episode. Which episodes share a sampler call then depends
   on the environments' timing, and with it the random draws: samples are still
   exact samples of the policy, but not bit-reproducible.
+- on the engine (``run_on_engine``, ``engine.enabled``): every episode is a
+  sequence of the continuous-batching engine (rlpt.engine); a turn goes to its
+  environment as soon as it stops and the next turn starts as soon as the
+  environment answers, the episode's cache kept (only the observation is
+  prefilled). Each turn samples with its own key (episode, turn), so the
+  tokens are reproducible whatever the environments' timing.
 
 The caller's ``generate(ids, lengths, grouped, key)`` samples one completion
 per row for any number of rows up to the batch it was built for (the trainer
@@ -122,15 +128,56 @@ class EpisodeRunner:
     answers = sample(active, first=True)
     play = self._interleaved if self.interleave else self._synchronous
     play(episodes, active, answers, st, sample, metrics)
+    metrics["rollout/sampler_calls"] = float(calls)
+    return self._batch(episodes, st, ids.shape[1], metrics)
+
+  def run_on_engine(self, tasks: Sequence, engine, step: Callable[[], list],
+                    turn_key: Callable[[int, int], Any]) -> EpisodeBatch:
+    """Plays one episode per task on a continuous-batching engine (rlpt.engine).
+
+    Each episode is a sequence of the engine: its prompt is added, each turn
+    that stops goes to its environment at once, and the observation extends
+    the sequence as soon as the environment answers (its cache kept; only the
+    observation's tokens are prefilled). ``step()`` runs one engine round and
+    returns the turns that stopped; ``turn_key(i, t)``: the key data of
+    episode i's turn t, so the tokens do not depend on the environments'
+    timing.
+    """
+    if engine.running:
+      raise ValueError(f"the engine is already running {engine.running} sequences.")
+    metrics: dict[str, float] = collections.defaultdict(float)
+    t = time.perf_counter()
+    episodes = self.pool.start(tasks)
+    metrics["time/reset"] += time.perf_counter() - t
+    ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer,
+                                  self.max_prompt_len, [tk.domain for tk in tasks],
+                                  bucket=self.bucket)
+    st = _State(len(tasks), [list(ids[i, :lengths[i]]) for i in range(len(tasks))])
+    for i, ctx in enumerate(st.ctx):
+      engine.add(i, ctx, turn_key(i, 0), self.max_new_tokens)
+    play = _EnginePlay(self, engine, episodes, st, turn_key)
+    while engine.running or play.waiting:
+      if engine.running:
+        t = time.perf_counter()
+        turns = step()
+        metrics["time/generate"] += time.perf_counter() - t
+        metrics["rollout/sampler_calls"] += 1
+        play.answer(turns)
+      if play.waiting:
+        t = time.perf_counter()
+        play.observe(timeout=0.0 if engine.running else None)
+        metrics["time/environments"] += time.perf_counter() - t
+    return self._batch(episodes, st, ids.shape[1], metrics)
+
+  def _batch(self, episodes, st: _State, prompt_width: int, metrics: dict) -> EpisodeBatch:
     # The batch's width on the 2^k / 1.5 * 2^k ladder, at most the longest an
     # episode can be: the update compiles a handful of shapes in a run.
-    longest = max(ids.shape[1] + self.max_new_tokens, max(len(c) for c in st.ctx))
+    longest = max(prompt_width + self.max_new_tokens, max(len(c) for c in st.ctx))
     width = max(longest, min(pack_width(longest), self.max_prompt_len + self.max_new_tokens))
     seq = build_episode_sequences(st.ctx, st.model, st.logps, width, self.tokenizer.pad_id)
     stats = {"turns": [ep.turns for ep in episodes], "env_s": [ep.env_s for ep in episodes],
              "generated": st.generated,
              "overflow": st.overflow, "last_len": st.last_len, "stopped": st.stopped}
-    metrics["rollout/sampler_calls"] = float(calls)
     return EpisodeBatch(seq, st.final, stats, dict(metrics))
 
   def _synchronous(self, episodes, active, answers, st, sample, metrics):
@@ -189,6 +236,51 @@ class EpisodeRunner:
     st.model[i].extend([0.0] * len(obs))
     st.logps[i].extend([0.0] * len(obs))
     return True
+
+
+class _EnginePlay:
+  """The environments' side of ``EpisodeRunner.run_on_engine``: turns go to
+  their environments as they stop, observations back to the engine as they come."""
+
+  def __init__(self, runner: EpisodeRunner, engine, episodes, st: "_State", turn_key):
+    self.runner, self.engine, self.episodes, self.st, self.turn_key = (
+        runner, engine, episodes, st, turn_key)
+    self.pending, self.owner = None, []
+    self.turns = [0] * len(episodes)
+
+  @property
+  def waiting(self) -> int:
+    return 0 if self.pending is None else len(self.pending)
+
+  def answer(self, turns) -> None:
+    rows, answers = [], []
+    for turn in turns:
+      n = len(turn.tokens)
+      self.st.record_turn(turn.seq, turn.tokens, turn.logprobs, n, self.runner.stop_ids)
+      rows.append(turn.seq)
+      answers.append(self.runner._answer_text(turn.tokens, n))
+    if not rows:
+      return
+    eps = [self.episodes[i] for i in rows]
+    if self.pending is None:
+      self.pending = self.runner.pool.submit(eps, answers)
+    else:
+      self.pending.add(eps, answers)
+    self.owner.extend(rows)
+
+  def observe(self, timeout: float | None) -> None:
+    ended = []
+    for k, step in self.pending.wait(timeout=timeout):
+      i = self.owner[k]
+      before = len(self.st.ctx[i])
+      if self.runner._observe(self.st, i, step):
+        self.turns[i] += 1
+        self.engine.extend(i, self.st.ctx[i][before:], self.turn_key(i, self.turns[i]),
+                           self.runner.max_new_tokens)
+      else:
+        self.engine.finish(i)
+        ended.append(i)
+    self.runner.pool.abandon([self.episodes[i] for i in ended])
 
 
 class _State:

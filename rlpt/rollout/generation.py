@@ -11,6 +11,7 @@ sampling mode with explicit shardings over the mesh's sampling layout.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -19,6 +20,7 @@ from flax import nnx
 
 from rlpt.device import (RunContext, batch_multiple, batch_sharding, check_batch, host_to_global,
                          jit_sampler, replicated, row_bucket, to_host)
+from rlpt.engine import Engine
 from rlpt.rollout.sections import SampledModel, SourceConfig
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sampling.sampler import auto_decode_phases
@@ -75,6 +77,11 @@ class RolloutSampling:
             modes[0]: jit_sampler(programs, grouped, modes[0], param_sh, mesh, rules)}
     self.generate_fns = {sp: jit_sampler(programs, self.sampler, sp, param_sh, mesh, rules)
                          for sp in set(modes)}
+    self.engine = None
+    if cfg.engine.enabled:
+      max_len = cfg.engine.max_len or ro.max_prompt_len + ro.max_new_tokens
+      self.engine = Engine(dataclasses.replace(cfg.engine, max_len=max_len, kv_int8=ro.kv_int8),
+                           ctx, model, (tokenizer.eos_id,))
     if speculative.gamma:
       layouts = {False: FlatLayout(ro.kv_int8)}
       if self.group_generate_fns:

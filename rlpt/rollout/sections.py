@@ -1,17 +1,14 @@
 """What the rollout reads of a run: its config sections (`SourceConfig`) and
-the policy it samples (`SampledModel`); where it runs comes with the run's
-`rlpt.device.RunContext`."""
+the policy it samples (`rlpt.device.SampledModel`); where it runs comes with
+the run's `rlpt.device.RunContext`."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
-from flax import nnx
-
-from rlpt.config import (CurriculumConfig, DomainsConfig, EnvConfig, RLConfig, RolloutConfig,
-                         SpeculativeConfig, TrainConfig)
-from rlpt.models import ModelConfig
+from rlpt.config import (CurriculumConfig, DomainsConfig, EngineConfig, EnvConfig, RLConfig,
+                         RolloutConfig, SpeculativeConfig, TrainConfig)
+from rlpt.device import SampledModel  # noqa: F401  (where the rollout's users find it)
 from rlpt.sampling import SamplingParams
 
 
@@ -31,6 +28,7 @@ class SourceConfig:
   curriculum: CurriculumConfig
   steps: int
   modes: tuple[SamplingParams, ...]
+  engine: EngineConfig = EngineConfig()
 
   @property
   def sampling(self) -> SamplingParams:
@@ -43,13 +41,5 @@ class SourceConfig:
     sampling = SamplingParams(ro.temperature, ro.top_k, ro.top_p)
     greedy = SamplingParams(cfg.eval.temperature, ro.top_k, ro.top_p)
     return cls(ro, cfg.rl, cfg.speculative, cfg.env, cfg.domains, cfg.curriculum, cfg.steps,
-               (sampling, greedy))
+               (sampling, greedy), cfg.engine)
 
-
-class SampledModel(NamedTuple):
-  """The policy as the samplers see it: its config, its graph, and its
-  parameters' shardings in the sampling layout (the weights come by handoff)."""
-
-  model_cfg: ModelConfig
-  graphdef: nnx.GraphDef
-  shardings: nnx.State

@@ -146,10 +146,25 @@ class RolloutSource:
     ``bucket_rows``: as in ``RolloutSampling.generate``."""
     if key is None:
       key = jax.random.fold_in(self.batch_key(), 0)
+    if self.samplers.engine is not None:
+      return self._engine_episodes(tasks, sampling, params, key)
 
     def generate(ids, lengths, grouped_, sub):
       return self.samplers.generate(ids, lengths, sampling, sub, grouped_, params, bucket_rows)
     return self.episode_runner.run(tasks, generate, grouped, key, jax.random.fold_in)
+
+  def _engine_episodes(self, tasks: list, sampling: SamplingParams, params, key) -> EpisodeBatch:
+    """``episodes`` on the engine: episode i's turn t samples with
+    ``fold_in(fold_in(key, i), t)`` (then its token j with ``fold_in(., j)``)."""
+    engine, weights = self.samplers.engine, self.samplers.params if params is None else params
+
+    def step():
+      with self.ctx.busy.busy():
+        return engine.step(weights, sampling, self.step)
+
+    def turn_key(i: int, t: int):
+      return np.asarray(jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, i), t)))
+    return self.episode_runner.run_on_engine(tasks, engine, step, turn_key)
 
   def rollout_once(self, n_prompts: int, params=None, key=None, tasks=None,
                    bucket_rows: bool = True) -> tuple[RolloutBatch, dict]:

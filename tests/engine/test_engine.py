@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlpt.device import ProgramPool, RunContext
+from rlpt.device import ProgramPool, RunContext, SampledModel
 from rlpt.engine import Engine, EngineConfig
 from rlpt.keys import run_key
 from rlpt.models import ModelConfig, Transformer
 from rlpt.rollout import build_sequences
-from rlpt.rollout.sections import SampledModel
 from rlpt.sampling import Sampler, SamplingParams
 from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings
 from rlpt.steps import sequence_logprobs
@@ -257,3 +256,13 @@ def test_warm_up_compiles_every_program_and_changes_nothing(model):
   assert len(ctx.programs) == compiled
   for a, b in zip(got, want):
     np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+def test_the_engine_refuses_what_it_does_not_run_by_name():
+  from rlpt.config import ConfigError, TrainConfig, from_config_dict
+  with pytest.raises(ConfigError, match="engine.enabled does not run speculative.gamma, "
+                                        "rollout.share_prefix yet"):
+    from_config_dict(TrainConfig, {"engine": {"enabled": True}, "speculative": {"gamma": 4},
+                                   "rollout": {"share_prefix": True}})
+  with pytest.raises(ConfigError, match="engine.slots must be >= 1, got 0"):
+    from_config_dict(TrainConfig, {"engine": {"slots": 0}})
