@@ -181,8 +181,9 @@ class Engine:
           index = np.full(width, self.cfg.slots, np.int32)
           self._cache, _ = rows[bound](params, self._cache, sub, index)
     rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
-    self._cache = self.programs.prefill(params, self._cache, np.full(rows, self.cfg.slots, np.int32),
-                                        np.zeros((rows, c), np.int32), np.zeros(rows, np.int32))
+    for prefill in self.programs.prefill.values():
+      self._cache = prefill(params, self._cache, np.full(rows, self.cfg.slots, np.int32),
+                            np.zeros((rows, c), np.int32), np.zeros(rows, np.int32))
     jax.block_until_ready(self._cache)
 
   def _admit(self) -> None:
@@ -232,7 +233,8 @@ class Engine:
       self.stats["reprefill_tokens"] += max(0, min(end, seq.prefilled) - seq.cached)
       seq.prefilled = max(seq.prefilled, end)
       seq.cached = end
-    self._cache = self.programs.prefill(params, self._cache, slot_a, tokens, start)
+    bound = min(b for b in self.programs.bounds if b >= int(start.max()) + c)
+    self._cache = self.programs.prefill[bound](params, self._cache, slot_a, tokens, start)
     self.stats["prefill_calls"] += 1
 
   def _activate(self, seq: _Seq) -> None:
@@ -244,11 +246,10 @@ class Engine:
   def _decode(self, params, sampling: SamplingParams, version: int) -> list[Turn]:
     before = self._slots.count.copy()
     t0 = time.perf_counter()
-    tokens, logprobs, width = self._decode_chunk(params, sampling)
+    tokens, logprobs = self._decode_chunk(params, sampling)
     # The wait for the chunk (and any prefill queued before it): device time.
     self.stats["device_s"] += time.perf_counter() - t0
     self.stats["decode_chunks"] += 1
-    self.stats["slot_steps"] += width * self.cfg.chunk_steps
     turns = []
     for s, seq in enumerate(self._owner):
       if seq is None or seq in self._prefilling or seq.id in self._parked:
@@ -262,35 +263,58 @@ class Engine:
         turns.append(self._end_turn(seq))
     return turns
 
-  def _decode_chunk(self, params, sampling) -> tuple[np.ndarray, np.ndarray, int]:
-    """One chunk over the narrowest width that holds the active slots and the
-    fewest positions that hold their chunk; returns [S, k] tokens and
-    log-probs (rows of slots not run: pad, 0) and the width."""
-    sl, k = self._slots, self.cfg.chunk_steps
-    active = np.flatnonzero(sl.active)
-    width = min(w for w in self.programs.widths if w >= len(active))
+  def _plan(self, active: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
+    """(slots, width, bound) of each decode call of a chunk: one call over the
+    narrowest width and fewest positions that hold the active slots, or two
+    when splitting off the few rows that need many positions reads less. A
+    call's cost is taken as width x (bound + cache_len / 2), the second term
+    standing for a row's work that does not grow with its positions."""
+    k, bounds = self.cfg.chunk_steps, sorted(self.programs.bounds)
     # The last position a row writes is position + k - 1; bound - 1 is its scratch.
-    need = int(sl.position[active].max()) + k + 1
-    bound = min(b for b in self.programs.bounds if b >= need)
-    self.stats["slot_positions"] += width * k * bound
+    level = np.searchsorted(bounds, self._slots.position[active] + k + 1)
+    width = lambda n: min(w for w in self.programs.widths if w >= n)
+    cost = lambda n, b: width(n) * (b + self.cfg.cache_len / 2)
+    top = int(level.max())
+    plan = [(active, width(len(active)), bounds[top])]
+    best = cost(len(active), bounds[top])
+    for cut in range(top):
+      low, high = active[level <= cut], active[level > cut]
+      split = cost(len(low), bounds[cut]) + cost(len(high), bounds[top]) if len(low) else best
+      if split < best:
+        plan, best = [(low, width(len(low)), bounds[cut]), (high, width(len(high)), bounds[top])], split
+    return plan
+
+  def _decode_chunk(self, params, sampling) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk (``_plan``'s calls); returns [S, k] tokens and log-probs
+    (pad and 0 for slots not run)."""
+    sl, k, n_slots = self._slots, self.cfg.chunk_steps, self.cfg.slots
     full, rows = self.programs.decoders(sampling, self.stop_ids, self._pad)
-    if width == self.cfg.slots and bound == self.cfg.cache_len:
-      self._cache, emitted = full(params, self._cache, sl)
-      tokens, logprobs, slots = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
-      self._slots = Slots(*(np.array(x) for x in slots))
-      return tokens, logprobs, width
-    index = np.full(width, self.cfg.slots, np.int32)      # out of range: padding
-    index[:len(active)] = active
-    sub = Slots(*(x[np.minimum(index, self.cfg.slots - 1)] for x in sl))
-    sub.active[len(active):] = False
-    self._cache, emitted = rows[bound](params, self._cache, sub, index)
-    sub_tokens, sub_logprobs, sub = to_host((emitted.tokens, emitted.logprobs, emitted.slots))
-    tokens = np.full((self.cfg.slots, k), self._pad, np.int32)
+    calls = []
+    for group, width, bound in self._plan(np.flatnonzero(sl.active)):
+      self.stats["slot_steps"] += width * k
+      self.stats["slot_positions"] += width * k * bound
+      if width == n_slots and bound == self.cfg.cache_len:
+        self._cache, emitted = full(params, self._cache, sl)
+        calls.append((None, emitted))
+        continue
+      index = np.full(width, n_slots, np.int32)      # out of range: padding
+      index[:len(group)] = group
+      sub = Slots(*(x[np.minimum(index, n_slots - 1)] for x in sl))
+      sub.active[len(group):] = False
+      self._cache, emitted = rows[bound](params, self._cache, sub, index)
+      calls.append((group, emitted))
+    out = to_host([(e.tokens, e.logprobs, e.slots) for _, e in calls])
+    tokens = np.full((n_slots, k), self._pad, np.int32)
     logprobs = np.zeros(tokens.shape, np.float32)
-    tokens[active], logprobs[active] = sub_tokens[:len(active)], sub_logprobs[:len(active)]
-    for full, part in zip(sl, sub):
-      full[active] = part[:len(active)]
-    return tokens, logprobs, width
+    for (group, _), (t, lp, state) in zip(calls, out):
+      if group is None:
+        tokens, logprobs, self._slots = t, lp, Slots(*(np.array(x) for x in state))
+        continue
+      n = len(group)
+      tokens[group], logprobs[group] = t[:n], lp[:n]
+      for whole, part in zip(self._slots, state):
+        whole[group] = part[:n]
+    return tokens, logprobs
 
   def _end_turn(self, seq: _Seq) -> Turn:
     seq.tokens += seq.sampled

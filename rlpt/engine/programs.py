@@ -3,8 +3,8 @@
 The slot axis of the KV store and of the slots' state is the ``batch`` rule's
 (sharded over the data axis); a prefill call's A rows are replicated (they
 gather their slots' cache rows). An engine compiles its store's initialiser,
-one prefill program and, per sampling mode it decodes with, at most 16 decode
-programs (four widths, ``row_ladder``, by four position bounds,
+a prefill program per position bound (at most four) and, per sampling mode it
+decodes with, at most 16 decode programs (four widths, ``row_ladder``, by four position bounds,
 ``bound_ladder``), whatever the workload.
 """
 
@@ -61,8 +61,8 @@ def bound_ladder(cache_len: int, chunk_steps: int) -> tuple[int, ...]:
 
 
 class EnginePrograms:
-  """``init()`` -> an empty KV store; ``prefill(params, cache, slot_A,
-  tokens_AxC, start_A)`` -> cache; ``decoders(sampling)`` -> (``decode(params,
+  """``init()`` -> an empty KV store; ``prefill[bound](params, cache, slot_A,
+  tokens_AxC, start_A)`` -> cache, over the rows' first ``bound`` positions; ``decoders(sampling)`` -> (``decode(params,
   cache, slots)`` over every slot and position, ``{bound: decode_rows(params,
   cache, slots_W, slot_W)}`` over W slots' first ``bound`` positions), each ->
   (cache, Emitted). The cache is donated."""
@@ -83,10 +83,12 @@ class EnginePrograms:
     self.init = programs.jit(lambda: self.layout.init(model_cfg, cfg.slots, cfg.cache_len),
                              out_shardings=self.cache_sh)
     rep = replicated(mesh)
-    self.prefill = programs.jit(
-        with_rules(functools.partial(prefill_rows, graphdef, self.layout), mesh, rules),
-        in_shardings=(param_shardings, self.cache_sh, rep, rep, rep),
-        out_shardings=self.cache_sh, donate_argnums=1)
+    self.prefill = {
+        b: programs.jit(
+            with_rules(functools.partial(prefill_rows, graphdef, self.layout, bound=b), mesh, rules),
+            in_shardings=(param_shardings, self.cache_sh, rep, rep, rep),
+            out_shardings=self.cache_sh, donate_argnums=1)
+        for b in self.bounds}
     self._decoders: dict = {}
 
   def decoders(self, sampling: SamplingParams, stop_ids: tuple[int, ...], pad_id: int):

@@ -149,8 +149,10 @@ def decode_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slots
 
 
 def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot_A: jax.Array,
-                 tokens_AxC: jax.Array, start_A: jax.Array):
-  """Caches ``tokens_AxC`` at positions ``start_A + [0, C)`` of slots ``slot_A``.
+                 tokens_AxC: jax.Array, start_A: jax.Array, bound: int | None = None):
+  """Caches ``tokens_AxC`` at positions ``start_A + [0, C)`` of slots ``slot_A``,
+  reading and writing their first ``bound`` positions only (the caller picks
+  it above every row's ``start + C``; None: all).
 
   A row whose slot index is out of range (>= S) is padding: it is computed on
   a copy of slot S - 1 and written nowhere. Tokens past a row's real chunk may
@@ -160,6 +162,6 @@ def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
   params = as_params(params)
   c = tokens_AxC.shape[1]
   positions = start_A[:, None] + jnp.arange(c, dtype=jnp.int32)[None, :]
-  _, rows = cached_forward(graphdef, params, tokens_AxC, positions, gather_rows(cache, slot_A),
-                           layout, with_logits=False)
+  _, rows = cached_forward(graphdef, params, tokens_AxC, positions,
+                           gather_rows(cache, slot_A, bound), layout, with_logits=False)
   return scatter_rows(cache, slot_A, rows)
