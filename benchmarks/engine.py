@@ -32,13 +32,14 @@ share of its step time.
 import os
 import sys
 import time
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
+
+from benchmarks.engine_model import BOS, PAD, random_model  # noqa: E402
 
 _SEQS = flags.DEFINE_integer("sequences", 256, "Long-tail sequences.")
 _SLOTS = flags.DEFINE_integer("slots", 64, "Engine slots (and the static sampler's batch).")
@@ -47,25 +48,6 @@ _MEAN = flags.DEFINE_integer("mean_len", 80, "Target mean length (sets the stop 
 _CHUNK = flags.DEFINE_integer("chunk_steps", 16, "Engine decode steps per chunk.")
 _WIDTH = flags.DEFINE_integer("width", 4, "Multiple of the default model's width.")
 _TEMP = flags.DEFINE_float("temperature", 10.0, "Sampling temperature of both paths.")
-
-PAD, BOS = 256, 257
-
-
-def _setup(width):
-  from flax import nnx
-
-  from rlpt.device import ProgramPool, RunContext, SampledModel
-  from rlpt.models import ModelConfig, Transformer
-  from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings
-  cfg = ModelConfig(d_model=128 * width, num_heads=4 * width, num_kv_heads=2 * width,
-                    mlp_dim=384 * width)
-  graphdef, params = nnx.split(Transformer(cfg, nnx.Rngs(0)))
-  mesh = make_mesh({"data": -1})
-  model = SampledModel(cfg, graphdef, state_shardings(params, mesh, SAMPLE_RULES))
-  ctx = lambda: RunContext(mesh, DEFAULT_RULES, SAMPLE_RULES, 0, types.SimpleNamespace(pad_id=PAD),
-                           ProgramPool())
-  return cfg, graphdef, params, model, ctx
-
 
 def _prompts(n, seed=0):
   rng = np.random.default_rng(seed)
@@ -146,7 +128,7 @@ def main(_):
   quiet_libraries()
   from rlpt.engine import Engine, EngineConfig
   from rlpt.sampling import SamplingParams
-  cfg, graphdef, params, model, make_ctx = _setup(_WIDTH.value)
+  cfg, graphdef, params, model, make_ctx = random_model(_WIDTH.value)
   slots, new = _SLOTS.value, _NEW.value
   ecfg = EngineConfig(slots=slots, max_len=64 + new, chunk_steps=_CHUNK.value)
   ctxs, sampling = [], SamplingParams(_TEMP.value)
@@ -170,7 +152,7 @@ def main(_):
   for name, x in (("engine", lengths), ("static", s_len)):
     print(f"{name} lengths: mean {x.mean():.1f}, max {x.max()}, max/mean {x.max() / x.mean():.2f}")
   st = engine.stats
-  e_kv = slots * ecfg.shape().cache_len * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
+  e_kv = slots * ecfg.cache_len * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
   print(f"{'path':<12}{'tokens/s':>10}{'useful steps':>14}{'programs':>10}{'KV MiB':>8}")
   print(f"{'static':<12}{s_len.sum() / s_wall:>10.0f}"
         f"{s_len.sum() / (-(-len(prompts) // slots) * slots * new):>14.2f}{s_programs:>10}"
