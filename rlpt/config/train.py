@@ -60,8 +60,7 @@ class TrainConfig:
     if self.engine.enabled:
       ro = self.rollout
       refused = [name for name, on in (("speculative.gamma", self.speculative.gamma),
-                                       ("rollout.weights_int8", ro.weights_int8),
-                                       ("rollout.share_prefix", ro.share_prefix)) if on]
+                                       ("rollout.weights_int8", ro.weights_int8)) if on]
       _require(not refused, f"engine.enabled does not run {', '.join(refused)} yet (the static "
                "sampler does): turn one off.")
     for check in CONFIG_CHECKS.values():  # e.g. the curriculum's strategy, params and weights

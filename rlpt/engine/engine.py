@@ -68,7 +68,8 @@ class _Seq:
 class Engine:
   """Continuous batching over ``cfg.slots`` slots; see the module docstring.
 
-  ``stats``: prefill_tokens, reprefill_tokens, decoded_tokens, slot_steps
+  ``stats``: prefill_tokens, shared_prefill_tokens (copied from an identical
+  prompt in the same prefill call, not computed), reprefill_tokens, decoded_tokens, slot_steps
   (rows x decode steps run), slot_positions (rows x steps x cache positions read), prefill_calls, decode_chunks, released, and
   step_s / device_s (wall time in ``step`` / waiting for the device: the rest
   is the host's scheduling).
@@ -181,9 +182,11 @@ class Engine:
           index = np.full(width, self.cfg.slots, np.int32)
           self._cache, _ = rows[bound](params, self._cache, sub, index)
     rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
-    for prefill in self.programs.prefill.values():
-      self._cache = prefill(params, self._cache, np.full(rows, self.cfg.slots, np.int32),
-                            np.zeros((rows, c), np.int32), np.zeros(rows, np.int32))
+    nowhere = np.full(rows, self.cfg.slots, np.int32)
+    for bound, prefill in self.programs.prefill.items():
+      self._cache = prefill(params, self._cache, nowhere, np.zeros((rows, c), np.int32),
+                            np.zeros(rows, np.int32))
+      self._cache = self.programs.copy[bound](self._cache, np.zeros(rows, np.int32), nowhere)
     jax.block_until_ready(self._cache)
 
   def _admit(self) -> None:
@@ -221,20 +224,41 @@ class Engine:
       calls += 1
 
   def _prefill_call(self, params) -> None:
+    """One prefill call over up to ``prefill_batch`` sequences; a sequence whose
+    tokens so far equal one in the call (a GRPO group's copies) is not
+    prefilled but copied from it afterwards."""
     rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
     slot_a = np.full(rows, self.cfg.slots, np.int32)   # out of range: padding
     tokens = np.zeros((rows, c), np.int32)
     start = np.zeros(rows, np.int32)
-    for i, seq in enumerate(self._prefilling[:rows]):
+    first, copies, n = {}, [], 0
+    for seq in list(self._prefilling):
       end = min(seq.cached + c, len(seq.tokens) - 1)
-      slot_a[i], start[i] = seq.slot, seq.cached
-      tokens[i, :end - seq.cached] = seq.tokens[seq.cached:end]
-      self.stats["prefill_tokens"] += end - seq.cached
+      if end == seq.cached:
+        continue
+      same = (seq.cached, tuple(seq.tokens[:end]))
+      if same in first:
+        copies.append((first[same], seq.slot))
+        self.stats["shared_prefill_tokens"] += end - seq.cached
+      elif n < rows:
+        first[same] = seq.slot
+        slot_a[n], start[n] = seq.slot, seq.cached
+        tokens[n, :end - seq.cached] = seq.tokens[seq.cached:end]
+        n += 1
+        self.stats["prefill_tokens"] += end - seq.cached
+      else:
+        continue
       self.stats["reprefill_tokens"] += max(0, min(end, seq.prefilled) - seq.cached)
       seq.prefilled = max(seq.prefilled, end)
       seq.cached = end
-    bound = min(b for b in self.programs.bounds if b >= int(start.max()) + c)
+    bound = min(b for b in self.programs.bounds if b >= int(start[:n].max()) + c)
     self._cache = self.programs.prefill[bound](params, self._cache, slot_a, tokens, start)
+    for i in range(0, len(copies), rows):
+      src = np.full(rows, 0, np.int32)
+      dst = np.full(rows, self.cfg.slots, np.int32)      # out of range: dropped
+      part = np.asarray(copies[i:i + rows], np.int32)
+      src[:len(part)], dst[:len(part)] = part[:, 0], part[:, 1]
+      self._cache = self.programs.copy[bound](self._cache, src, dst)
     self.stats["prefill_calls"] += 1
 
   def _activate(self, seq: _Seq) -> None:

@@ -3,7 +3,7 @@
 The slot axis of the KV store and of the slots' state is the ``batch`` rule's
 (sharded over the data axis); a prefill call's A rows are replicated (they
 gather their slots' cache rows). An engine compiles its store's initialiser,
-a prefill program per position bound (at most four) and, per sampling mode it
+a prefill and a row-copy program per position bound (at most four each) and, per sampling mode it
 decodes with, at most 16 decode programs (four widths, ``row_ladder``, by four position bounds,
 ``bound_ladder``), whatever the workload.
 """
@@ -23,7 +23,8 @@ from rlpt.models import KVCache
 from rlpt.sampling.fast import FlatLayout, check_model_cfg
 from rlpt.sampling.logits import SamplingParams
 from rlpt.sampling.quant import Int8KVCache
-from rlpt.sampling.slots import Emitted, Slots, decode_rows, decode_steps, prefill_rows
+from rlpt.sampling.slots import (Emitted, Slots, copy_rows, decode_rows, decode_steps,
+                                 prefill_rows)
 from rlpt.sharding import K_CACHE_AXES, KV_CACHE_AXES, Rules, named_sharding
 
 
@@ -62,7 +63,8 @@ def bound_ladder(cache_len: int, chunk_steps: int) -> tuple[int, ...]:
 
 class EnginePrograms:
   """``init()`` -> an empty KV store; ``prefill[bound](params, cache, slot_A,
-  tokens_AxC, start_A)`` -> cache, over the rows' first ``bound`` positions; ``decoders(sampling)`` -> (``decode(params,
+  tokens_AxC, start_A)`` -> cache, over the rows' first ``bound`` positions;
+  ``copy[bound](cache, src_A, dst_A)`` -> cache, rows copied; ``decoders(sampling)`` -> (``decode(params,
   cache, slots)`` over every slot and position, ``{bound: decode_rows(params,
   cache, slots_W, slot_W)}`` over W slots' first ``bound`` positions), each ->
   (cache, Emitted). The cache is donated."""
@@ -89,6 +91,10 @@ class EnginePrograms:
             in_shardings=(param_shardings, self.cache_sh, rep, rep, rep),
             out_shardings=self.cache_sh, donate_argnums=1)
         for b in self.bounds}
+    self.copy = {b: programs.jit(functools.partial(copy_rows, bound=b),
+                                 in_shardings=(self.cache_sh, rep, rep),
+                                 out_shardings=self.cache_sh, donate_argnums=0)
+                 for b in self.bounds}
     self._decoders: dict = {}
 
   def decoders(self, sampling: SamplingParams, stop_ids: tuple[int, ...], pad_id: int):

@@ -165,3 +165,10 @@ def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
   _, rows = cached_forward(graphdef, params, tokens_AxC, positions,
                            gather_rows(cache, slot_A, bound), layout, with_logits=False)
   return scatter_rows(cache, slot_A, rows)
+
+
+def copy_rows(cache, src_A: jax.Array, dst_A: jax.Array, bound: int):
+  """Slots ``dst_A`` get the first ``bound`` positions of slots ``src_A`` (a
+  sequence whose prompt another slot has just cached); ``dst`` out of range:
+  padding, dropped."""
+  return scatter_rows(cache, dst_A, gather_rows(cache, src_A, bound))

@@ -90,7 +90,7 @@ def test_greedy_equals_the_static_sampler(model):
   # The store's initialiser, prefill and a decode program per (width, bound)
   # used (8 slots over 8 devices: one width), whatever the lengths.
   assert engine.programs.widths == (8,) and engine.programs.bounds == (56, 32, 16)
-  assert len(ctx.programs) <= 1 + 3 + 3
+  assert len(ctx.programs) <= 1 + 2 * 3 + 3
 
 
 @pytest.mark.parametrize("sampling", [
@@ -154,7 +154,7 @@ def test_narrow_decode_widths_sample_the_same_tokens(model):
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=ATOL, rtol=0)
   assert narrow.stats["slot_steps"] < 8 * narrow.stats["decode_chunks"] * 4
-  assert len(ctx.programs) <= 1 + 3 + 4 * 3
+  assert len(ctx.programs) <= 1 + 2 * 3 + 4 * 3
 
 
 def _episodes(engine, params, prompts, turns, obs_len=3, latency=0):
@@ -187,10 +187,11 @@ def test_multi_turn_caches_only_the_new_tokens(model):
   engine, _ = _engine(model, slots=8)
   sampled, convs = _episodes(engine, params, prompts, turns=3)
   # Prefill feeds each prompt and observation token once (the last of each
-  # enters as the pending token of a decode step): with the sampled tokens, the
+  # enters as the pending token of a decode step; a chunk equal to another
+  # sequence's in the same call is copied): with the sampled tokens, the
   # conversation less its final token, never cached.
   assert engine.stats["reprefill_tokens"] == 0
-  assert engine.stats["prefill_tokens"] + sum(
+  assert engine.stats["prefill_tokens"] + engine.stats["shared_prefill_tokens"] + sum(
       sum(len(t) for t in s) for s in sampled.values()) == sum(len(c) - 1 for c in convs.values())
   # The same turns as sampling each later turn from the whole conversation.
   for i in range(6):
@@ -212,7 +213,7 @@ def test_scarce_slots_release_parked_episodes_and_replay_them(model):
   for i in range(16):
     for a, b in zip(got[i], want[i]):
       np.testing.assert_array_equal(a, b)
-  assert len(ctx.programs) <= 1 + 3 + 3
+  assert len(ctx.programs) <= 1 + 2 * 3 + 3
 
 
 def test_turns_record_the_policy_version_of_each_token(model):
@@ -252,7 +253,7 @@ def test_warm_up_compiles_every_program_and_changes_nothing(model):
   engine.warm_up(params)
   compiled = len(ctx.programs)
   w, b = len(engine.programs.widths), len(engine.programs.bounds)
-  assert compiled == 1 + b + w * b
+  assert compiled == 1 + 2 * b + w * b
   got = engine.generate(params, prompts, keys, 12)
   assert len(ctx.programs) == compiled
   for a, b in zip(got, want):
@@ -262,8 +263,25 @@ def test_warm_up_compiles_every_program_and_changes_nothing(model):
 def test_the_engine_refuses_what_it_does_not_run_by_name():
   from rlpt.config import ConfigError, TrainConfig, from_config_dict
   with pytest.raises(ConfigError, match="engine.enabled does not run speculative.gamma, "
-                                        "rollout.share_prefix yet"):
+                                        "rollout.weights_int8 yet"):
     from_config_dict(TrainConfig, {"engine": {"enabled": True}, "speculative": {"gamma": 4},
-                                   "rollout": {"share_prefix": True}})
+                                   "rollout": {"weights_int8": True}})
   with pytest.raises(ConfigError, match="engine.slots must be >= 1, got 0"):
     from_config_dict(TrainConfig, {"engine": {"slots": 0}})
+
+
+def test_a_groups_prompt_is_prefilled_once_with_the_same_tokens(model):
+  """Four samples of each of three prompts (GRPO groups): each prompt's tokens
+  are computed once and copied to its group's other slots; every sample draws
+  the tokens it draws in an engine of its own."""
+  _, params = model
+  prompts = [p for p in _prompts(3, seed=7, longest=20) for _ in range(4)]
+  keys = _keys(12)
+  engine, _ = _engine(model, prefill_len=8)
+  got = engine.generate(params, prompts, keys, 10)
+  shared, computed = engine.stats["shared_prefill_tokens"], engine.stats["prefill_tokens"]
+  assert shared == 3 * computed and computed == sum(len(p) - 1 for p in prompts[::4])
+  for i in (0, 5, 11):
+    alone = _engine(model, prefill_len=8)[0].generate(params, [prompts[i]], keys[i:i + 1], 10)[0]
+    np.testing.assert_array_equal(got[i].tokens, alone.tokens)
+    np.testing.assert_allclose(got[i].logprobs, alone.logprobs, atol=ATOL, rtol=0)

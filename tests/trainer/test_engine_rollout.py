@@ -28,7 +28,7 @@ def _cfg():
   cd.progress = False
   cd.checkpoint.update(every=0, export=False)
   cd.domains.ids = DOMAINS
-  cd.rollout.update(max_attempts=3, max_turns=4, max_prompt_len=1536, share_prefix=False)
+  cd.rollout.update(max_attempts=3, max_turns=4, max_prompt_len=1536)
   # A slot per episode: none is released while its environment runs.
   cd.engine.update(enabled=True, slots=cd.rollout.batch_size, chunk_steps=8)
   cd.base.cache_dir = base_cache_dir()
