@@ -5,7 +5,7 @@ r"""Multi-turn episodes on the engine against today's EpisodeRunner schedules.
 
 The model of benchmarks/engine.py (the default config at ``width`` times its
 width, random init, temperature 10). ``episodes`` episodes of ``turns`` turns:
-a 32-token prompt, each turn up to ``new_tokens`` sampled tokens (EOS may end
+a 32-token prompt of its own, each turn up to ``new_tokens`` sampled tokens (EOS may end
 it earlier), each environment step answers with ``obs_tokens`` tokens after a
 latency drawn from a log-normal (``sigma``) whose mean is one turn's
 generation time (the static sampler generating one turn for every episode,
@@ -68,6 +68,11 @@ class _Pending:
     return len(self._futures)
 
 
+def _prompt(episode: int) -> str:
+  """31 characters of its own per episode (no two episodes share a prompt)."""
+  return f"{episode:04d}" + "p" * 27
+
+
 class LatencyPool(EnvironmentPool):
   """Episodes of ``turns`` turns whose steps sleep a log-normal latency (mean
   ``mean_s``) fixed by (episode, turn), then answer ``obs`` characters."""
@@ -89,7 +94,7 @@ class LatencyPool(EnvironmentPool):
     return Step("" if done else "o" * self.obs, done, Outcome(0.0, False, "FAIL", False, {}))
 
   def start(self, tasks):
-    return [Episode(t, None, "p" * 31, {}) for t in tasks]
+    return [Episode(t, None, _prompt(t.seed), {}) for t in tasks]
 
   def step(self, episodes, actions):
     return list(self.executor.map(self.one_step, episodes, actions))
@@ -101,7 +106,7 @@ class LatencyPool(EnvironmentPool):
     pass
 
   def reset(self, tasks):
-    return [Prompt(t, "p" * 31, {}) for t in tasks]
+    return [Prompt(t, _prompt(t.seed), {}) for t in tasks]
 
   def stats(self):
     return {}

@@ -98,14 +98,7 @@ class EpisodeRunner:
     ``fold_in(key, c + 1)`` (None: ``generate`` draws its own).
     """
     metrics: dict[str, float] = collections.defaultdict(float)
-    b = len(tasks)
-    t = time.perf_counter()
-    episodes = self.pool.start(tasks)
-    metrics["time/reset"] += time.perf_counter() - t
-    ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer,
-                                  self.max_prompt_len, [tk.domain for tk in tasks],
-                                  bucket=self.bucket)
-    st = _State(b, [list(ids[i, :lengths[i]]) for i in range(b)])
+    episodes, ids, lengths, st = self._start(tasks, metrics)
     calls = 0
 
     def sample(rows: list[int], first: bool):
@@ -124,7 +117,7 @@ class EpisodeRunner:
         st.record_turn(i, comp[j], lp[j], int(n_out[j]), self.stop_ids)
       return [self._answer_text(comp[j], int(n_out[j])) for j in range(len(rows))]
 
-    active = list(range(b))
+    active = list(range(len(tasks)))
     answers = sample(active, first=True)
     play = self._interleaved if self.interleave else self._synchronous
     play(episodes, active, answers, st, sample, metrics)
@@ -146,13 +139,7 @@ class EpisodeRunner:
     if engine.running:
       raise ValueError(f"the engine is already running {engine.running} sequences.")
     metrics: dict[str, float] = collections.defaultdict(float)
-    t = time.perf_counter()
-    episodes = self.pool.start(tasks)
-    metrics["time/reset"] += time.perf_counter() - t
-    ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer,
-                                  self.max_prompt_len, [tk.domain for tk in tasks],
-                                  bucket=self.bucket)
-    st = _State(len(tasks), [list(ids[i, :lengths[i]]) for i in range(len(tasks))])
+    episodes, ids, _, st = self._start(tasks, metrics)
     for i, ctx in enumerate(st.ctx):
       engine.add(i, ctx, turn_key(i, 0), self.max_new_tokens)
     play = _EnginePlay(self, engine, episodes, st, turn_key)
@@ -168,6 +155,16 @@ class EpisodeRunner:
         play.observe(timeout=0.0 if engine.running else None)
         metrics["time/environments"] += time.perf_counter() - t
     return self._batch(episodes, st, ids.shape[1], metrics)
+
+  def _start(self, tasks: Sequence, metrics: dict):
+    """The tasks' episodes, their encoded prompts (ids, lengths) and the conversations' state."""
+    t = time.perf_counter()
+    episodes = self.pool.start(tasks)
+    metrics["time/reset"] += time.perf_counter() - t
+    ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer,
+                                  self.max_prompt_len, [tk.domain for tk in tasks],
+                                  bucket=self.bucket)
+    return episodes, ids, lengths, _State(len(tasks), [list(ids[i, :n]) for i, n in enumerate(lengths)])
 
   def _batch(self, episodes, st: _State, prompt_width: int, metrics: dict) -> EpisodeBatch:
     # The batch's width on the 2^k / 1.5 * 2^k ladder, at most the longest an
