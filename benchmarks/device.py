@@ -29,6 +29,11 @@ Parts (``--parts``; full shapes, ``--quick`` divides them down):
   tokens/s of the decode (the generate call less its prefill, timed apart)
   against the HBM roofline: each step reads every weight (bf16) and each row's
   cached keys and values so far.
+* ``engine``: the continuous-batching engine (rlpt.engine) with as many
+  slots as the largest decode batch (256), the same prompts and new tokens
+  (no stop, so every slot stays busy), bf16 KV: tokens/s over the whole
+  workload (chunked prefill and the host's scheduling included) against the
+  same HBM roofline as ``decode``.
 * ``speculative``: a 2-layer draft distilled (forward KL) on the target's own
   samples, then speculative decoding (gamma 4) against plain decode at batch
   64; the limit is the speed-up of a free draft at the measured acceptance,
@@ -72,7 +77,7 @@ from absl import app, flags  # noqa: E402
 import roofline  # noqa: E402
 from synthetic_grpo import grpo_batch  # noqa: E402
 
-PARTS = ("limits", "train", "decode", "speculative", "attention", "grpo")
+PARTS = ("limits", "train", "decode", "engine", "speculative", "attention", "grpo")
 _OUT = flags.DEFINE_string("out", os.path.join("runs", "device"), "Output folder.")
 _QUICK = flags.DEFINE_bool("quick", False, "Tiny shapes (a CPU runs it in under 2 minutes).")
 _PARTS = flags.DEFINE_list("parts", list(PARTS), f"Parts to run, of {', '.join(PARTS)}.")
@@ -318,6 +323,41 @@ class Parts:
                          prefill_s=pre, bytes_read=moved, weight_bytes=weights,
                          kv_bytes_per_token=kvb, binding=binding,
                          decode_phases=sampler.decode_phases)
+
+  def engine(self):
+    import types
+
+    from rlpt.device import ProgramPool, RunContext, SampledModel
+    from rlpt.engine import Engine, EngineConfig
+    from rlpt.keys import run_key
+    from rlpt.sampling.quant import tree_bytes
+    from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings
+    s, cfg = self.s, self.cfg
+    slots, prompt, new = max(s.decode_batches), s.decode_prompt, s.decode_new
+    mesh = make_mesh({"data": 1}, [self.device])
+    ctx = RunContext(mesh, DEFAULT_RULES, SAMPLE_RULES, 0, types.SimpleNamespace(pad_id=0),
+                     ProgramPool())
+    model = SampledModel(cfg, self.graphdef, state_shardings(self.sample_params, mesh, SAMPLE_RULES))
+    engine = Engine(EngineConfig(slots=slots, max_len=prompt + new, chunk_steps=16), ctx, model, ())
+    engine.warm_up(self.sample_params, self._sampling)
+    prompts = self.tokens(slots, prompt).tolist()
+    keys = np.stack([np.asarray(jax.random.key_data(run_key(0, "rollout", 1, 0, i)))
+                     for i in range(slots)])
+    t = time.perf_counter()
+    engine.generate(self.sample_params, self._sampling, prompts, keys, new)
+    secs = time.perf_counter() - t
+    weights = tree_bytes(self.sample_params)
+    kvb = roofline.kv_bytes_per_token(cfg, False)
+    moved = roofline.decode_bytes(weights, kvb, slots, prompt, new)
+    bound, binding = self._bound(roofline.decode_flops(cfg, slots, prompt, new), moved)
+    tokens = slots * new
+    self.report.emit("engine_tokens_per_s", tokens / secs, "tokens/s", tokens / bound,
+                     f"tokens/s at the {binding} roofline", self._source(binding),
+                     slots=slots, prompt=prompt, new_tokens=new, seconds=secs,
+                     host_share=1 - engine.stats["device_s"] / engine.stats["step_s"],
+                     prefill_calls=engine.stats["prefill_calls"],
+                     decode_chunks=engine.stats["decode_chunks"],
+                     programs=len(ctx.programs), binding=binding)
 
   def _source(self, binding: str) -> str:
     return self.limits.bandwidth_source if binding == "memory" else self.limits.flops_source

@@ -92,6 +92,7 @@ def test_quick_run_writes_every_figure(tmp_path):
     by.setdefault(r["figure"], []).append(r)
   assert {k: len(v) for k, v in by.items()} == {
       "matmul": 1, "memory_bandwidth": 1, "train_step_mfu": 1, "decode_tokens_per_s": 4,
+      "engine_tokens_per_s": 1,
       "speculative_speedup": 1, "attention_fwd_bwd": 5, "grpo_generate_s": 1,
       "grpo_reference_s": 1, "grpo_update_s": 1, "grpo_step_s": 1}
   # No table entry for a CPU: the limits are this run's own measurements.
@@ -107,6 +108,9 @@ def test_quick_run_writes_every_figure(tmp_path):
       (8, "float32"), (16, "float32"), (8, "int8"), (16, "int8")}
   kv = {r["kv_cache"]: r["kv_bytes_per_token"] for r in by["decode_tokens_per_s"]}
   assert kv["int8"] < kv["float32"]
+  engine = by["engine_tokens_per_s"][0]
+  assert engine["slots"] == 16 and 0 <= engine["host_share"] < 1
+  assert engine["value"] == pytest.approx(engine["slots"] * engine["new_tokens"] / engine["seconds"])
   spec = by["speculative_speedup"][0]
   a, g = spec["acceptance"], spec["gamma"]
   assert 0 <= a <= 1 and spec["limit"] == pytest.approx((1 - a ** (g + 1)) / (1 - a))
