@@ -77,6 +77,9 @@ class RolloutSource:
     # Guards the task stream and the curriculum (asynchronous producers draw
     # while the loop updates the curriculum).
     self.curriculum_lock = threading.RLock()
+    # The engine plays one batch at a time: asynchronous waves, their
+    # per-domain parts and the evaluator take turns on it.
+    self.engine_lock = threading.Lock()
     self._served: dict[int, RolloutBatch] = {}
 
   # --------------------------------------------------------------------------
@@ -164,7 +167,8 @@ class RolloutSource:
 
     def turn_key(i: int, t: int):
       return np.asarray(jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, i), t)))
-    return self.episode_runner.run_on_engine(tasks, engine, step, turn_key)
+    with self.engine_lock:
+      return self.episode_runner.run_on_engine(tasks, engine, step, turn_key)
 
   def rollout_once(self, n_prompts: int, params=None, key=None, tasks=None,
                    bucket_rows: bool = True) -> tuple[RolloutBatch, dict]:

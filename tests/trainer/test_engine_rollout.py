@@ -81,3 +81,36 @@ def test_a_training_step_on_the_engine(trainers):
   metrics = fast.train_step()
   assert np.isfinite(metrics["train/loss"]) and np.isfinite(metrics["reward/mean"])
   assert metrics["rollout/sampler_calls"] >= 1
+
+
+def _async_run(tmp, name, latency):
+  from rlpt.trainer import Trainer
+  cd = grpo_default.get_config("smoke")
+  cd.progress = False
+  cd.checkpoint.update(every=0, export=False)
+  cd.optim.warmup_steps = 0
+  cd.rollout.staleness = 1
+  cd.rollout.domain_staleness = {"rlpt/code-linear-easy-v0": 2}   # a wave in two parts
+  cd.engine.update(enabled=True, slots=cd.rollout.batch_size)
+  cd.base.cache_dir = base_cache_dir()
+  cfg = from_config_dict(TrainConfig, cd)
+  t = Trainer(cfg, str(tmp / name), env_pool=SlowEnvPool.from_train(cfg, latency_s=latency))
+  try:
+    return [t.train_step() for _ in range(3)]
+  finally:
+    t.close()
+
+
+@pytest.mark.slow
+def test_asynchronous_waves_share_the_engine_and_do_not_depend_on_env_timing(tmp_path,
+                                                                             monkeypatch):
+  """Waves and their per-domain parts run concurrently and take turns on the
+  engine; the metrics do not depend on the environments' latency."""
+  from rlpt.metrics import WALL_CLOCK_PREFIXES
+  monkeypatch.chdir(ROOT)
+  a, b = _async_run(tmp_path, "a", 0.02), _async_run(tmp_path, "b", 0.0)
+  assert [m["async/staleness"] for m in a] == [0, 1, 1]
+  for ma, mb in zip(a, b):
+    assert np.isfinite(ma["train/loss"])
+    values = lambda m: {k: v for k, v in m.items() if not k.startswith(WALL_CLOCK_PREFIXES)}
+    assert values(ma) == values(mb)
