@@ -172,21 +172,23 @@ class Engine:
   def warm_up(self, params, sampling: SamplingParams) -> None:
     """Runs every program once (each decode width, a prefill) without changing
     any sequence: compilation happens here, not in the first rounds."""
+    pr = self.programs
     idle = self._slots._replace(active=np.zeros_like(self._slots.active))
-    full, rows = self.programs.decoders(sampling, self.stop_ids, self._pad)
-    self._cache, _ = full(params, self._cache, idle)
+    full, rows = pr.decoders(sampling, self.stop_ids, self._pad)
+    self._cache, _ = full(params, self._cache, pr.slots_in(idle))
     for width in self.programs.widths:
       for bound in self.programs.bounds:
         if width < self.cfg.slots or bound < self.cfg.cache_len:
           sub = Slots(*(x[:width] for x in idle))
           index = np.full(width, self.cfg.slots, np.int32)
-          self._cache, _ = rows[bound](params, self._cache, sub, index)
+          self._cache, _ = rows[bound](params, self._cache, pr.slots_in(sub), pr.rows_in(index))
     rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
-    nowhere = np.full(rows, self.cfg.slots, np.int32)
-    for bound, prefill in self.programs.prefill.items():
-      self._cache = prefill(params, self._cache, nowhere, np.zeros((rows, c), np.int32),
-                            np.zeros(rows, np.int32))
-      self._cache = self.programs.copy[bound](self._cache, np.zeros(rows, np.int32), nowhere)
+    nowhere, zeros = pr.replicated_in(np.full(rows, self.cfg.slots, np.int32),
+                                      np.zeros(rows, np.int32))
+    for bound, prefill in pr.prefill.items():
+      self._cache = prefill(params, self._cache, nowhere,
+                            *pr.replicated_in(np.zeros((rows, c), np.int32)), zeros)
+      self._cache = pr.copy[bound](self._cache, zeros, nowhere)
     jax.block_until_ready(self._cache)
 
   def _admit(self) -> None:
@@ -252,13 +254,14 @@ class Engine:
       seq.prefilled = max(seq.prefilled, end)
       seq.cached = end
     bound = min(b for b in self.programs.bounds if b >= int(start[:n].max()) + c)
-    self._cache = self.programs.prefill[bound](params, self._cache, slot_a, tokens, start)
+    self._cache = self.programs.prefill[bound](params, self._cache,
+                                               *self.programs.replicated_in(slot_a, tokens, start))
     for i in range(0, len(copies), rows):
       src = np.full(rows, 0, np.int32)
       dst = np.full(rows, self.cfg.slots, np.int32)      # out of range: dropped
       part = np.asarray(copies[i:i + rows], np.int32)
       src[:len(part)], dst[:len(part)] = part[:, 0], part[:, 1]
-      self._cache = self.programs.copy[bound](self._cache, src, dst)
+      self._cache = self.programs.copy[bound](self._cache, *self.programs.replicated_in(src, dst))
     self.stats["prefill_calls"] += 1
 
   def _activate(self, seq: _Seq) -> None:
@@ -318,14 +321,15 @@ class Engine:
       self.stats["slot_steps"] += width * k
       self.stats["slot_positions"] += width * k * bound
       if width == n_slots and bound == self.cfg.cache_len:
-        self._cache, emitted = full(params, self._cache, sl)
+        self._cache, emitted = full(params, self._cache, self.programs.slots_in(sl))
         calls.append((None, emitted))
         continue
       index = np.full(width, n_slots, np.int32)      # out of range: padding
       index[:len(group)] = group
       sub = Slots(*(x[np.minimum(index, n_slots - 1)] for x in sl))
       sub.active[len(group):] = False
-      self._cache, emitted = rows[bound](params, self._cache, sub, index)
+      self._cache, emitted = rows[bound](params, self._cache, self.programs.slots_in(sub),
+                                         self.programs.rows_in(index))
       calls.append((group, emitted))
     out = to_host([(e.tokens, e.logprobs, e.slots) for _, e in calls])
     tokens = np.full((n_slots, k), self._pad, np.int32)

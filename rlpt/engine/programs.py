@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 
 from rlpt.config.engine import EngineConfig
 from rlpt.config.model import ModelConfig
-from rlpt.device import ProgramPool, batch_multiple, batch_sharding, replicated
+from rlpt.device import ProgramPool, batch_multiple, batch_sharding, host_to_global, replicated
 from rlpt.device.programs import with_rules
 from rlpt.models import KVCache
 from rlpt.sampling.fast import FlatLayout, check_model_cfg
@@ -84,7 +84,10 @@ class EnginePrograms:
     self.bounds = bound_ladder(cfg.cache_len, cfg.chunk_steps)
     self.init = programs.jit(lambda: self.layout.init(model_cfg, cfg.slots, cfg.cache_len),
                              out_shardings=self.cache_sh)
-    rep = replicated(mesh)
+    rep = self.rep = replicated(mesh)
+    b1 = batch_sharding(mesh, rules, 1)
+    self.slots_sh = Slots(b1, b1, b1, batch_sharding(mesh, rules, 2), b1, b1)
+    self.rows_sh = b1
     self.prefill = {
         b: programs.jit(
             with_rules(functools.partial(prefill_rows, graphdef, self.layout, bound=b), mesh, rules),
@@ -97,6 +100,16 @@ class EnginePrograms:
                  for b in self.bounds}
     self._decoders: dict = {}
 
+  def slots_in(self, slots: Slots) -> Slots:
+    """Host slot state as global arrays (each process holds it identically)."""
+    return host_to_global(slots, self.slots_sh)
+
+  def rows_in(self, index):
+    return host_to_global(index, self.rows_sh)
+
+  def replicated_in(self, *arrays):
+    return tuple(host_to_global(a, self.rep) for a in arrays)
+
   def decoders(self, sampling: SamplingParams, stop_ids: tuple[int, ...], pad_id: int):
     key = (sampling, stop_ids, pad_id)
     if key not in self._decoders:
@@ -105,8 +118,7 @@ class EnginePrograms:
 
   def _build_decoders(self, sampling, stop_ids, pad_id):
     mesh, rules = self.place
-    b1, b2 = batch_sharding(mesh, rules, 1), batch_sharding(mesh, rules, 2)
-    slots_sh = Slots(b1, b1, b1, b2, b1, b1)
+    b1, b2, slots_sh = self.rows_sh, batch_sharding(mesh, rules, 2), self.slots_sh
     out_sh = (self.cache_sh, Emitted(b2, b2, slots_sh))
     static = dict(sampling=sampling, steps=self.cfg.chunk_steps, stop_ids=stop_ids, pad_id=pad_id)
     jit = lambda fn, ins: self.programs.jit(with_rules(fn, mesh, rules), in_shardings=ins,
