@@ -93,6 +93,11 @@ def seeded_rng(stream: str, *inputs: int) -> np.random.Generator:
   return np.random.default_rng(derive(*(int(i) for i in inputs)))
 
 
+def key_width() -> int:
+  """uint32 words in a key's data (``jax.random.key_data``) under the configured PRNG."""
+  return jax.random.key_data(jax.random.key(0)).shape[-1]
+
+
 def init_key(seed: int) -> jax.Array:
   """The pre-trained base's initial parameters' key (older than ``run_key``)."""
   return jax.random.key(seed)

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 
 from rlpt.device import RunContext, SampledModel, check_batch, to_host
+from rlpt.keys import key_width
 from rlpt.config.engine import EngineConfig
 from rlpt.engine.programs import EnginePrograms
 from rlpt.sampling.logits import SamplingParams
@@ -85,9 +86,8 @@ class Engine:
                                    model.shardings, (ctx.mesh, ctx.sample_rules))
     self._cache = self.programs.init()
     s = cfg.slots
-    key_width = jax.random.key_data(jax.random.key(0)).shape[-1]
     self._slots = Slots(np.full(s, pad, np.int32), np.zeros(s, np.int32), np.zeros(s, bool),
-                        np.zeros((s, key_width), np.uint32), np.zeros(s, np.int32),
+                        np.zeros((s, key_width()), np.uint32), np.zeros(s, np.int32),
                         np.zeros(s, np.int32))
     self._owner: list[_Seq | None] = [None] * s
     self._seqs: dict[Hashable, _Seq] = {}
