@@ -6,7 +6,6 @@ Each run is tests/launch/_mp_worker.py; only process 0 may write files.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -19,21 +18,10 @@ from experiments import pretrain_base
 from rlpt.checkpoint import save_model
 from rlpt.config import PretrainConfig, from_config_dict
 from rlpt.models import Transformer
+from tests.multiproc import cpu_env, run_processes
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mp_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(WORKER)))
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _env():
-  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
-  env["JAX_PLATFORMS"] = "cpu"
-  return env
 
 
 @pytest.mark.slow
@@ -44,22 +32,10 @@ def test_two_processes_match_one(tmp_path):
 
   single = tmp_path / "single.json"
   subprocess.run([sys.executable, WORKER, str(single), str(tmp_path / "wd1"), ckpt, "4"],
-                 cwd=ROOT, env=_env(), check=True, timeout=120, capture_output=True)
+                 cwd=ROOT, env=cpu_env(), check=True, timeout=120, capture_output=True)
 
   multi = tmp_path / "multi.json"
-  coordinator = f"127.0.0.1:{_free_port()}"
-  procs = [subprocess.Popen([sys.executable, WORKER, str(multi), str(tmp_path / f"wd2_p{i}"),
-                             ckpt, "2", coordinator, "2", str(i)],
-                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
-  try:
-    logs = [p.communicate(timeout=150)[0] for p in procs]
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-  for i, p in enumerate(procs):
-    assert p.returncode == 0, f"process {i} failed:\n{logs[i][-4000:]}"
+  run_processes(WORKER, lambda i: [str(multi), str(tmp_path / f"wd2_p{i}"), ckpt, "2"], 2, 150)
 
   a, b = json.loads(single.read_text()), json.loads(multi.read_text())
   assert (a["process_count"], a["devices"]) == (1, 4)
