@@ -309,9 +309,12 @@ def test_math_verifier_hard_cases(answer, reference, verdict):
 @pytest.mark.parametrize("hostile", ["9**9**9", "Answer: 9^{9^{9}}", "((10**40)**64)**64", "1e999999",
                                      "2^(10^10)", "(" * 150 + "1" + ")" * 150, "9" * 5000])
 def test_math_verifier_refuses_hostile_answers_quickly(hostile):
+    # A bound on hanging, not a speed target: evaluated, these take minutes or
+    # never end; refused, milliseconds. 15 s leaves room for a loaded machine
+    # (1 s failed once while the suite shared two cores with other jobs).
     start = time.monotonic()
     assert _grade("math", hostile, "12") != "PASS"
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 15.0
 
 
 @pytest.mark.parametrize("answer,verdict", [
