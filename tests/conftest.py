@@ -49,6 +49,22 @@ def _module_domains_do_not_leak():
       registry.unregister(domain_id)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _module_programs_do_not_accumulate():
+  """Compiled programs a module made are dropped when it ends. Each XLA:CPU
+  executable holds memory mappings of its own; kept for the whole suite (about
+  two thousand tests, many trainers and engines) they approach the kernel's
+  per-process map limit (vm.max_map_count, 65530 here), past which a
+  compilation aborts the process. Later modules reload what they need from the
+  session's persistent compilation cache."""
+  yield
+  import gc
+
+  import jax
+  gc.collect()
+  jax.clear_caches()
+
+
 @pytest.fixture(scope="session")
 def tbench_images():
   """Builds the images of the shipped terminal tasks (cached by content) once per
