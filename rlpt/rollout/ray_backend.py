@@ -276,7 +276,11 @@ class RayEnvPool(EnvironmentPool):
   def stats(self) -> dict[str, float]:
     """The actors' metrics merged (latency percentiles: the worst actor's), plus restarts."""
     merged: dict[str, float] = {}
-    for st in self._ray.get([a.stats.remote() for a in self.actors]):
+    for ref in [a.stats.remote() for a in self.actors]:
+      try:
+        st = self._ray.get(ref)
+      except (self._ray.exceptions.RayActorError, self._ray.exceptions.WorkerCrashedError):
+        continue  # died since its last step: its counters died with it; the next step rebuilds
       for k, v in st.items():
         merged[k] = max(merged.get(k, v), v) if k.startswith(("env_latency", "env/queue")) \
             else merged.get(k, 0.0) + v

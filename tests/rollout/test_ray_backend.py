@@ -1,6 +1,8 @@
 """RayEnvPool on a real local Ray cluster (loopback): same episodes as the local pool,
 multi-turn state kept on the actor, and a killed actor's episodes rebuilt by replay."""
 
+import time
+
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -45,12 +47,26 @@ def test_same_prompts_and_grades_as_the_local_pool(pool):
     local.close()
 
 
+def _wait_dead(actor, timeout=60.0):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    try:
+      ray.get(actor.ping.remote(), timeout=5)
+    except ray.exceptions.RayActorError:
+      return
+    except ray.exceptions.GetTimeoutError:
+      continue
+    time.sleep(0.05)
+  raise AssertionError(f"actor still answers {timeout} s after ray.kill")
+
+
 def test_killed_actor_mid_episode_is_rebuilt_by_replay(pool):
   eps = pool.start(_tasks(6))
   pool.step(eps, ["zz"] * 6)  # first attempts fail; the episodes go on
   victim = eps[0].actor
   on_victim = sum(e.actor == victim for e in eps)
   ray.kill(pool.actors[victim])
+  _wait_dead(pool.actors[victim])  # ray.kill returns before the actor is gone
   steps = pool.step(eps, [e.info["demonstration"] for e in eps])
   assert all(s.done and s.graded.success for s in steps)
   # Environment seconds come back from the actors (rebuilt episodes included).
