@@ -20,7 +20,10 @@ Each turn samples with its own key (``add``/``extend`` take it; callers
 derive it through ``rlpt.keys``): token i draws from ``fold_in(key, i)``, so
 a sequence's tokens do not depend on its slot or its neighbours. The weights
 are the ``params`` of each ``step``; a turn records the ``version`` each of
-its tokens was sampled under.
+its tokens was sampled under. When the version changes, every cache still
+held (decoding, prefilling, parked) is recomputed with the new weights
+before the next token, so each token is sampled by exactly one policy
+(counted in ``stats["refresh_tokens"]``).
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ class _Seq:
   versions: list = dataclasses.field(default_factory=list)
   prefilled: int = 0
 
+  @property
+  def conversation(self) -> list[int]:
+    """Every token so far, this turn's sampled ones included; the last is pending."""
+    return self.tokens + self.sampled if self.sampled else self.tokens
+
 
 class Engine:
   """Continuous batching over ``cfg.slots`` slots; see the module docstring.
@@ -94,6 +102,7 @@ class Engine:
     self._waiting: collections.deque[_Seq] = collections.deque()
     self._prefilling: list[_Seq] = []
     self._parked: dict[Hashable, _Seq] = {}     # in parking order
+    self._version: int | None = None            # of the weights the caches hold
     self.stats = collections.Counter()
 
   # ------------------------------------------------------------------ requests
@@ -118,7 +127,7 @@ class Engine:
       state = "unknown" if seq_id not in self._seqs else "not parked (its turn is running)"
       raise ValueError(f"cannot extend sequence {seq_id!r}: it is {state}.")
     seq.tokens += [int(t) for t in observation]
-    seq.key, seq.sampled, seq.logprobs, seq.versions = np.asarray(key, np.uint32), [], [], []
+    seq.key = np.asarray(key, np.uint32)
     seq.budget = self._budget(seq, max_new_tokens)
     (self._prefilling if seq.slot is not None else self._waiting).append(seq)
 
@@ -149,6 +158,9 @@ class Engine:
     """One round: admit, one prefill call (more while nothing decodes), one
     decode chunk. Returns the turns that stopped."""
     t0 = time.perf_counter()
+    if version != self._version:
+      self._refresh()
+      self._version = version
     self._admit()
     self._prefill(params)
     turns = self._decode(params, sampling, version) if self._slots.active.any() else []
@@ -207,6 +219,21 @@ class Engine:
       self._owner[seq.slot] = seq
       self._prefilling.append(seq)
 
+  def _refresh(self) -> None:
+    """New weights: every held cache is to be recomputed from its first token.
+    A decoding sequence leaves decoding until then and resumes where it was
+    (its sampled tokens, key and budget kept)."""
+    for s, seq in enumerate(self._owner):
+      if seq is None:
+        continue
+      if self._slots.active[s]:   # its cache holds every token but the pending one
+        self._slots.active[s] = False
+        self._prefilling.append(seq)
+        self.stats["refresh_tokens"] += len(seq.conversation) - 1
+      else:
+        self.stats["refresh_tokens"] += seq.cached
+      seq.cached, seq.prefilled = 0, 0
+
   def _release(self, seq: _Seq) -> None:
     if seq.slot is not None:
       self._owner[seq.slot] = None
@@ -218,7 +245,7 @@ class Engine:
     """Prefill calls: one, or more while under half the slots decode (few to stall)."""
     calls = 0
     while True:
-      for seq in [q for q in self._prefilling if q.cached == len(q.tokens) - 1]:
+      for seq in [q for q in self._prefilling if q.cached == len(q.conversation) - 1]:
         self._activate(seq)
       if not self._prefilling or (calls and 2 * self._slots.active.sum() >= self.cfg.slots):
         return
@@ -235,17 +262,18 @@ class Engine:
     start = np.zeros(rows, np.int32)
     first, copies, n = {}, [], 0
     for seq in list(self._prefilling):
-      end = min(seq.cached + c, len(seq.tokens) - 1)
+      conv = seq.conversation
+      end = min(seq.cached + c, len(conv) - 1)
       if end == seq.cached:
         continue
-      same = (seq.cached, tuple(seq.tokens[:end]))
+      same = (seq.cached, tuple(conv[:end]))
       if same in first:
         copies.append((first[same], seq.slot))
         self.stats["shared_prefill_tokens"] += end - seq.cached
       elif n < rows:
         first[same] = seq.slot
         slot_a[n], start[n] = seq.slot, seq.cached
-        tokens[n, :end - seq.cached] = seq.tokens[seq.cached:end]
+        tokens[n, :end - seq.cached] = conv[seq.cached:end]
         n += 1
         self.stats["prefill_tokens"] += end - seq.cached
       else:
@@ -266,9 +294,9 @@ class Engine:
 
   def _activate(self, seq: _Seq) -> None:
     self._prefilling.remove(seq)
-    s, sl = seq.slot, self._slots
-    sl.pending[s], sl.position[s], sl.active[s] = seq.tokens[-1], len(seq.tokens) - 1, True
-    sl.key[s], sl.count[s], sl.budget[s] = seq.key, 0, seq.budget
+    s, sl, conv = seq.slot, self._slots, seq.conversation
+    sl.pending[s], sl.position[s], sl.active[s] = conv[-1], len(conv) - 1, True
+    sl.key[s], sl.count[s], sl.budget[s] = seq.key, len(seq.sampled), seq.budget
 
   def _decode(self, params, sampling: SamplingParams, version: int) -> list[Turn]:
     before = self._slots.count.copy()
@@ -350,5 +378,7 @@ class Engine:
     seq.prefilled = max(seq.prefilled, seq.cached)
     self._parked[seq.id] = seq
     stopped = bool(seq.sampled) and seq.sampled[-1] in self.stop_ids
-    return Turn(seq.id, np.asarray(seq.sampled, np.int32), np.asarray(seq.logprobs, np.float32),
+    turn = Turn(seq.id, np.asarray(seq.sampled, np.int32), np.asarray(seq.logprobs, np.float32),
                 np.asarray(seq.versions, np.int32), stopped)
+    seq.sampled, seq.logprobs, seq.versions = [], [], []
+    return turn

@@ -75,6 +75,10 @@ class AsyncRolloutSource(RolloutSource):
             [x for x, r in zip(lag, records) if r["domain"] == d]))
     return self._serve(step, batch, metrics)
 
+  def weights_of(self, version: int):
+    """The weights of ``version``, one of the last ``max_staleness + 1`` published."""
+    return self.snapshots[version]
+
   def _feed_curriculum(self, step: int, by_domain: dict[str, list[float]]) -> None:
     """Logs the step's curriculum update and publishes its weights to the producers."""
     # The producer applies it before drawing the first wave sampled with this
@@ -130,7 +134,7 @@ class AsyncRolloutSource(RolloutSource):
       # the loop's publish (which takes it to log the step's curriculum update)
       # does not wait for this whole rollout. Only prepares, which run one at a
       # time in wave order, change the sampler and the task stream.
-      done = self.rollout(params=self.snapshots[version], key=key)
+      done = self.rollout(version, key=key)
     with self.curriculum_lock:
       state = {"tasks": self.task_stream.state_dict(),
                "curriculum": self.domain_sampler.state_dict(), "curriculum_applied": version}
@@ -154,8 +158,7 @@ class AsyncRolloutSource(RolloutSource):
     if len(parts) == 1:
       v = self.pipeline.version_for(wave, next(iter(parts)))
       self.pipeline.wait_version(v)
-      batch, metrics = self.rollout_once(len(tasks), self.snapshots[v],
-                                         jax.random.fold_in(key, 0), tasks=tasks)
+      batch, metrics = self.rollout_once(len(tasks), v, jax.random.fold_in(key, 0), tasks=tasks)
       return batch.with_version(v), metrics, state
 
     def play(k: int, idx: list[int]):
@@ -163,7 +166,7 @@ class AsyncRolloutSource(RolloutSource):
       self.pipeline.wait_version(v)
       # Padded to the whole batch: a part's size changes every step, and a
       # program per size would cost more compiling than the rows it saves.
-      b, t = self.rollout_once(len(idx), self.snapshots[v], jax.random.fold_in(key, 1 + k),
+      b, t = self.rollout_once(len(idx), v, jax.random.fold_in(key, 1 + k),
                                tasks=[tasks[i] for i in idx], bucket_rows=False)
       return idx, b.with_version(v), t
 

@@ -188,7 +188,10 @@ class RolloutBatch:
     return dataclasses.replace(self, **changes)
 
   def with_version(self, version: int) -> "RolloutBatch":
-    """Every row sampled by policy ``version``."""
+    """Every row sampled by policy ``version``, unless the rows' versions were
+    recorded as they were sampled (the engine's)."""
+    if self.version is not None:
+      return self
     return self.replace(version=np.full(len(self), version, np.int32))
 
   def pad_to(self, width: int, pad_id: int) -> "RolloutBatch":

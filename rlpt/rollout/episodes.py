@@ -175,6 +175,9 @@ class EpisodeRunner:
     stats = {"turns": [ep.turns for ep in episodes], "env_s": [ep.env_s for ep in episodes],
              "generated": st.generated,
              "overflow": st.overflow, "last_len": st.last_len, "stopped": st.stopped}
+    recorded = st.oldest < np.iinfo(np.int32).max
+    if recorded.any():  # an episode without tokens takes the oldest of the batch
+      stats["version"] = np.where(recorded, st.oldest, st.oldest[recorded].min())
     return EpisodeBatch(seq, st.final, stats, dict(metrics))
 
   def _synchronous(self, episodes, active, answers, st, sample, metrics):
@@ -254,6 +257,8 @@ class _EnginePlay:
     for turn in turns:
       n = len(turn.tokens)
       self.st.record_turn(turn.seq, turn.tokens, turn.logprobs, n, self.runner.stop_ids)
+      if n:
+        self.st.oldest[turn.seq] = min(self.st.oldest[turn.seq], int(turn.versions[:n].min()))
       rows.append(turn.seq)
       answers.append(self.runner._answer_text(turn.tokens, n))
     if not rows:
@@ -292,6 +297,8 @@ class _State:
     self.stopped = np.zeros((b,), bool)
     self.generated = np.zeros((b,), np.int32)
     self.overflow = np.zeros((b,), bool)
+    # The oldest policy version of each episode's tokens (the engine records them).
+    self.oldest = np.full((b,), np.iinfo(np.int32).max, np.int32)
 
   def record_turn(self, i: int, comp: np.ndarray, lp: np.ndarray, n: int, stop_ids) -> None:
     self.ctx[i].extend(int(x) for x in comp[:n])

@@ -66,6 +66,9 @@ class RolloutSource:
     self.ctx, self.tokenizer, self._policy = ctx, ctx.tokenizer, policy
     self.sampling = cfg.sampling
     self.step = 0  # the last update whose weights were published
+    # (version, weights) of the newest published policy, replaced as one value
+    # (producer threads read it while the loop publishes).
+    self.latest: tuple[int, object] = (0, None)
     self.samplers = RolloutSampling(cfg, ctx, model)
     self.pool = pool if pool is not None else make_env_pool(cfg.env, cfg.domains, rollout)
     self.episode_runner = EpisodeRunner(self.pool, ctx.tokenizer, rollout,
@@ -98,8 +101,7 @@ class RolloutSource:
     the results of the batch it trained on to the curriculum. Returns the
     step's rollout metrics (per domain, curriculum, pool, draft)."""
     with self.ctx.busy.busy():
-      self.set_weights(weights)
-    self.step = step
+      self.set_weights(weights, step)
     valid = self._valid(step)
     self._feed_curriculum(step, _by_domain(valid))
     return self._metrics(step, valid)
@@ -108,9 +110,19 @@ class RolloutSource:
     """The results of update ``step``'s batch, after its weights are in place."""
     self.domain_sampler.update(by_domain)
 
-  def set_weights(self, weights: nnx.State) -> None:
-    """Gives the sampler ``weights`` (sampling layout), e.g. after a restore."""
+  def set_weights(self, weights: nnx.State, step: int | None = None) -> None:
+    """Gives the sampler ``weights`` (sampling layout) of update ``step``
+    (default: the last published, e.g. after a restore)."""
     self.samplers.handoff(weights)
+    self.step = self.step if step is None else step
+    self.latest = (self.step, self.samplers.params)
+
+  def weights_of(self, version: int):
+    """The sampler's weights of policy ``version`` (here: the published one)."""
+    if version != self.step:
+      raise ValueError(f"the synchronous source holds the weights of update {self.step} "
+                       f"only, not {version}.")
+    return self.samplers.params
 
   def play(self, tasks: list, sampling: SamplingParams, key) -> EpisodeBatch:
     """One episode per task with the published policy (the evaluator's ``play``)."""
@@ -126,6 +138,7 @@ class RolloutSource:
     self.task_stream.load_state_dict(state["tasks"])
     self.domain_sampler.load_state_dict(state["curriculum"])
     self.step = step
+    self.latest = (step, self.latest[1])
 
   def close(self) -> None:
     self.pool.close()
@@ -138,39 +151,48 @@ class RolloutSource:
     return self.ctx.key("rollout", self.step + 1 if step is None else step)
 
   def episodes(self, tasks: list, sampling: SamplingParams, grouped: bool = False,
-               params=None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
+               version: int | None = None, key=None, bucket_rows: bool = True) -> EpisodeBatch:
     """Plays one episode per task to its end (rlpt.rollout.episodes); returns
     the conversations as host arrays, final grades, per-episode stats and the
     rollout's metrics.
 
     ``grouped``: tasks come in groups of ``rollout.group_size`` copies;
-    ``params``: the weights to sample with (default: the published ones);
+    ``version``: the policy to sample with (default: the published one);
     ``key``: default the next training batch's first attempt;
     ``bucket_rows``: as in ``RolloutSampling.generate``."""
     if key is None:
       key = jax.random.fold_in(self.batch_key(), 0)
+    if version is None:
+      version = self.latest[0]
     if self.samplers.engine is not None:
-      return self._engine_episodes(tasks, sampling, params, key)
+      return self._engine_episodes(tasks, sampling, version, key)
+    params = self.weights_of(version)
 
     def generate(ids, lengths, grouped_, sub):
       return self.samplers.generate(ids, lengths, sampling, sub, grouped_, params, bucket_rows)
     return self.episode_runner.run(tasks, generate, grouped, key, jax.random.fold_in)
 
-  def _engine_episodes(self, tasks: list, sampling: SamplingParams, params, key) -> EpisodeBatch:
+  def _engine_episodes(self, tasks: list, sampling: SamplingParams, version: int,
+                       key) -> EpisodeBatch:
     """``episodes`` on the engine: episode i's turn t samples with
-    ``fold_in(fold_in(key, i), t)`` (then its token j with ``fold_in(., j)``)."""
-    engine, weights = self.samplers.engine, self.samplers.params if params is None else params
+    ``fold_in(fold_in(key, i), t)`` (then its token j with ``fold_in(., j)``).
+    Every round samples with ``version``'s weights, or under
+    ``engine.in_flight="continue"`` with the newest published ones."""
+    engine = self.samplers.engine
+    fixed = (version, self.weights_of(version))
+    newest = engine.cfg.in_flight == "continue"
 
     def step():
+      v, weights = max(fixed, self.latest, key=lambda w: w[0]) if newest else fixed
       with self.ctx.busy.busy():
-        return engine.step(weights, sampling, self.step)
+        return engine.step(weights, sampling, v)
 
     def turn_key(i: int, t: int):
       return np.asarray(jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, i), t)))
     with self.engine_lock:
       return self.episode_runner.run_on_engine(tasks, engine, step, turn_key)
 
-  def rollout_once(self, n_prompts: int, params=None, key=None, tasks=None,
+  def rollout_once(self, n_prompts: int, version: int | None = None, key=None, tasks=None,
                    bucket_rows: bool = True) -> tuple[RolloutBatch, dict]:
     """Plays ``n_prompts`` x group_size episodes and grades them (host arrays).
 
@@ -183,7 +205,7 @@ class RolloutSource:
         tasks = self.task_stream.next_tasks(self.domain_sampler)
     assert len(tasks) == n_prompts, (len(tasks), n_prompts)
     tasks_b = [task for task in tasks for _ in range(g)]
-    played = self.episodes(tasks_b, self.sampling, grouped=True, params=params, key=key,
+    played = self.episodes(tasks_b, self.sampling, grouped=True, version=version, key=key,
                            bucket_rows=bucket_rows)
     seq, graded, ep_stats = played.seq, played.final, played.stats
     records = tuple(dict(domain=tk.domain, seed=tk.seed, split=tk.split, reward=float(x.reward),
@@ -196,7 +218,9 @@ class RolloutSource:
         rewards=np.array([x.reward for x in graded], np.float32),
         valid=np.array([not x.infra_error for x in graded], np.float32),
         # The last turn's completion decides truncation (overlong shaping).
-        lengths=ep_stats["last_len"], stopped=ep_stats["stopped"], records=records)
+        lengths=ep_stats["last_len"], stopped=ep_stats["stopped"], records=records,
+        # The engine records each token's policy version: a sample's is its oldest token's.
+        version=ep_stats.get("version"))
     metrics = collections.defaultdict(float, played.metrics)
     metrics["rollout/turns"] = float(np.mean(ep_stats["turns"]))
     metrics["rollout/context_overflow"] = float(np.mean(ep_stats["overflow"]))
@@ -205,19 +229,19 @@ class RolloutSource:
     metrics.update(flat_sums(signal_sums(records, g)))
     return batch, metrics
 
-  def rollout(self, params=None, key=None) -> tuple[RolloutBatch, dict]:
+  def rollout(self, version: int | None = None, key=None) -> tuple[RolloutBatch, dict]:
     """One batch of graded samples (`RolloutBatch`) and its metrics.
 
     With ``rl.dynamic_sampling`` groups whose rewards are all equal (no
     learning signal) are dropped and further rollouts refill the batch, up to
     ``rl.max_rollouts_per_step``; if still short, uninformative groups fill
-    the rest so the batch shape never changes. ``params``: the weights to
-    sample with (default: the published ones); ``key``: the batch's key
+    the rest so the batch shape never changes. ``version``: the policy to
+    sample with (default: the published one); ``key``: the batch's key
     (default: the next update's).
     """
     ro, rl = self.cfg, self.rl
     keys = functools.partial(jax.random.fold_in, self.batch_key() if key is None else key)
-    batch, metrics = self.rollout_once(ro.prompts_per_step, params, keys(0))
+    batch, metrics = self.rollout_once(ro.prompts_per_step, version, keys(0))
     if not rl.dynamic_sampling:
       return batch, metrics
     cands = [batch]
@@ -227,7 +251,7 @@ class RolloutSource:
                                     b.valid.reshape(-1, ro.group_size)).sum())
     have = informative(batch)
     while have < ro.prompts_per_step and len(cands) < rl.max_rollouts_per_step:
-      more, more_t = self.rollout_once(ro.prompts_per_step, params, keys(len(cands)))
+      more, more_t = self.rollout_once(ro.prompts_per_step, version, keys(len(cands)))
       cands.append(more)
       for k, v in more_t.items():
         metrics[k] += v

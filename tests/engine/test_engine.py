@@ -229,6 +229,51 @@ def test_turns_record_the_policy_version_of_each_token(model):
   assert list(turn.versions) == [i // 2 for i in range(len(turn.tokens))]
 
 
+def test_new_weights_recompute_every_held_cache(model):
+  """Weights change after two rounds: sequences decoding, prefilling and parked
+  then hold caches of the old weights, which are recomputed, so every token's
+  log-prob is the trainer's under the weights of the version it records."""
+  graphdef, params = model
+  weights = {0: params, 1: jax.tree.map(lambda x: x * 1.5, params)}
+  engine, _ = _engine(model, chunk_steps=2)        # 8 slots, 10 sequences: some wait
+  n = 10
+  prompts = _prompts(n, seed=4)
+  for i, p in enumerate(prompts):
+    engine.add(i, p, _keys(n)[i], 6)
+  convs = {i: list(p) for i, p in enumerate(prompts)}
+  sampled = {i: [] for i in range(n)}    # (position, log-prob, version) of each token
+  turns, parked, rnd = dict.fromkeys(range(n), 0), [], 0
+  while engine.running or parked:
+    for i in parked:                     # extended a round after their turn ended
+      engine.extend(i, [3, 4], _keys(n, 1)[i], 6)
+      convs[i] += [3, 4]
+    parked = []
+    version = int(rnd >= 2)
+    for turn in engine.step(weights[version], version):
+      i = turn.seq
+      for t, lp, v in zip(turn.tokens, turn.logprobs, turn.versions):
+        sampled[i].append((len(convs[i]), float(lp), int(v)))
+        convs[i].append(int(t))
+      turns[i] += 1
+      if turns[i] == 2:
+        engine.finish(i)
+      else:
+        parked.append(i)
+    rnd += 1
+  assert engine.stats["refresh_tokens"] > 0
+  width = max(map(len, convs.values()))
+  ids = np.full((n, width), PAD, np.int32)
+  for i, c in convs.items():
+    ids[i, :len(c)] = c
+  ref = {v: np.asarray(sequence_logprobs(graphdef, w, jnp.asarray(ids), SamplingParams(1.0)))
+         for v, w in weights.items()}
+  versions = [v for i in sampled for _, _, v in sampled[i]]
+  assert 0 in versions and 1 in versions
+  for i in sampled:
+    for pos, lp, v in sampled[i]:
+      np.testing.assert_allclose(lp, ref[v][i, pos - 1], atol=ATOL, rtol=0, err_msg=f"{i} {pos}")
+
+
 def test_mistakes_are_named(model):
   _, params = model
   engine, _ = _engine(model)

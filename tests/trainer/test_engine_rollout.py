@@ -8,9 +8,11 @@ conversations with instant environments and with slow ones whose latencies
 reorder the turns.
 """
 
+import dataclasses
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -81,6 +83,50 @@ def test_a_training_step_on_the_engine(trainers):
   metrics = fast.train_step()
   assert np.isfinite(metrics["train/loss"]) and np.isfinite(metrics["reward/mean"])
   assert metrics["rollout/sampler_calls"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("in_flight", ["finish", "continue"])
+def test_weights_published_while_a_batch_plays(trainers, monkeypatch, in_flight):
+  """New weights arrive while the batch's first answers are graded: under
+  "finish" every token is the old policy's; under "continue" the rounds after
+  it sample with the new weights, each token's log-prob is the trainer's
+  under the policy that sampled it, and a sample's version is its oldest token's."""
+  fast, _ = trainers
+  src, actor = fast.rollout, fast.actor
+  engine = src.samplers.engine
+  monkeypatch.setattr(engine, "cfg", dataclasses.replace(engine.cfg, in_flight=in_flight))
+  old = actor.policy_params()
+  new = jax.tree.map(lambda x: x * 1.5 if jnp.issubdtype(x.dtype, jnp.floating) else x, old)
+  v0, submit = src.step, src.pool.submit
+
+  def publishing_submit(episodes, answers):
+    if src.latest[0] == v0:  # the loop publishes update v0 + 1 meanwhile
+      src.set_weights(actor._to_sample_layout(new), v0 + 1)
+    return submit(episodes, answers)
+  monkeypatch.setattr(src.pool, "submit", publishing_submit)
+  try:
+    batch, _ = src.rollout_once(fast.cfg.rollout.prompts_per_step, v0, key=jax.random.key(5))
+  finally:
+    src.set_weights(actor.sampling_weights(), v0)
+  assert src.latest[0] == v0
+  mask = batch.loss_mask > 0
+  near = {name: np.abs(np.asarray(actor.logprobs(p, jax.device_put(batch.tokens)))
+                       - batch.old_logp) < 2e-4 for name, p in (("old", old), ("new", new))}
+  assert (near["old"] | near["new"])[mask].all()
+  if in_flight == "finish":
+    assert near["old"][mask].all()
+    assert (batch.version == v0).all()
+  else:
+    assert (mask & near["new"] & ~near["old"]).any()   # tokens only the new policy explains
+    assert set(batch.version.tolist()) <= {v0, v0 + 1} and (batch.version == v0).any()
+    later = batch.version == v0 + 1                   # started after the new weights came
+    assert (near["new"] | ~mask)[later].all()
+    # Within a sample, the old policy's tokens come first, then the new one's.
+    only_new = np.where(mask & near["new"] & ~near["old"], np.arange(mask.shape[1]), mask.shape[1])
+    only_old = np.where(mask & near["old"] & ~near["new"], np.arange(mask.shape[1]), -1)
+    assert (only_old.max(axis=1) < only_new.min(axis=1)).all()
+    assert src.samplers.engine.stats["refresh_tokens"] > 0
 
 
 def _async_run(tmp, name, latency):
