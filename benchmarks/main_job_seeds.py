@@ -5,6 +5,7 @@ spread, and a bit-identity check.
     python benchmarks/main_job_seeds.py --parallel=3 --one_core_replica
     python benchmarks/main_job_seeds.py --reuse              # only aggregate finished runs
     python benchmarks/main_job_seeds.py --config=experiments/grpo_mixed.py --root=runs/grpo_mixed_seeds
+    python benchmarks/main_job_seeds.py --set=engine.enabled=True --root=runs/main_engine
 
 Runs `launch.train --config=CONFIG --config.seed=S` for
 each seed into ROOT/seed<S> (the cached base is shared: its pre-training has
@@ -93,9 +94,11 @@ def table(workdirs: dict[int, str]) -> str:
   return "\n".join(lines)
 
 
-def _command(seed: int, workdir: str, one_core: bool, config: str) -> list[str]:
+def _command(seed: int, workdir: str, one_core: bool, config: str,
+             overrides: list[str]) -> list[str]:
   cmd = [sys.executable, "-m", "launch.train", f"--config={config}",
          f"--workdir={workdir}", f"--config.seed={seed}", "--config.progress=false"]
+  cmd += [f"--config.{o}" for o in overrides]
   if one_core:
     cmd = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] + cmd
   return cmd
@@ -109,13 +112,15 @@ def main() -> None:
   p.add_argument("--parallel", type=int, default=1, help="runs at once (timings then share cores)")
   p.add_argument("--one_core_replica", action="store_true")
   p.add_argument("--reuse", action="store_true", help="aggregate existing runs, start none")
+  p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                 help="a config override for every run, e.g. --set=engine.enabled=True")
   a = p.parse_args()
   seeds = [int(s) for s in a.seeds.split(",")]
   workdirs = {s: os.path.join(a.root, f"seed{s}") for s in seeds}
-  jobs = [(_command(s, w, False, a.config), w) for s, w in workdirs.items()]
+  jobs = [(_command(s, w, False, a.config, a.set), w) for s, w in workdirs.items()]
   replica = os.path.join(a.root, "seed0-one-core")
   if a.one_core_replica:
-    jobs.append((_command(0, replica, True, a.config), replica))
+    jobs.append((_command(0, replica, True, a.config, a.set), replica))
   if not a.reuse:
     running: list[subprocess.Popen] = []
     for cmd, workdir in jobs:
