@@ -246,6 +246,6 @@ def merge_parts(parts, group_size: int, pad_id: int):
   n = len(batch)
   for _, b, t in parts:
     for k, x in t.items():
-      summed = k.startswith(("time/", SUM_PREFIX)) or k == "rollout/sampler_calls"
+      summed = k.startswith(("time/", "engine/", SUM_PREFIX)) or k == "rollout/sampler_calls"
       metrics[k] += x if summed else x * len(b) / n
   return batch, metrics

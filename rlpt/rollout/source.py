@@ -45,6 +45,11 @@ from rlpt.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
+# The engine's counters logged per batch (rlpt.engine.Engine.stats; summed over
+# a batch's parts and attempts; decoded_tokens / slot_steps: the slots' use).
+ENGINE_COUNTS = ("prefill_tokens", "shared_prefill_tokens", "reprefill_tokens", "refresh_tokens",
+                 "decoded_tokens", "slot_steps", "released")
+
 # Prompt buffers are padded to a multiple of this many tokens, then onto the
 # 2^k / 1.5 * 2^k ladder (see bucket_length).
 PROMPT_BUCKET = 16
@@ -190,7 +195,12 @@ class RolloutSource:
     def turn_key(i: int, t: int):
       return np.asarray(jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, i), t)))
     with self.engine_lock:
-      return self.episode_runner.run_on_engine(tasks, engine, step, turn_key)
+      before = engine.stats.copy()
+      played = self.episode_runner.run_on_engine(tasks, engine, step, turn_key)
+      spent = engine.stats - before
+    for name in ENGINE_COUNTS:
+      played.metrics[f"engine/{name}"] = float(spent[name])
+    return played
 
   def rollout_once(self, n_prompts: int, version: int | None = None, key=None, tasks=None,
                    bucket_rows: bool = True) -> tuple[RolloutBatch, dict]:

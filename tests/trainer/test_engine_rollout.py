@@ -82,6 +82,9 @@ def test_a_training_step_on_the_engine(trainers):
   fast, _ = trainers
   metrics = fast.train_step()
   assert np.isfinite(metrics["train/loss"]) and np.isfinite(metrics["reward/mean"])
+  # The engine's counters: every sampled token decoded in a slot, nothing recomputed.
+  assert 0 < metrics["engine/decoded_tokens"] <= metrics["engine/slot_steps"]
+  assert metrics["engine/refresh_tokens"] == metrics["engine/reprefill_tokens"] == 0
   assert metrics["rollout/sampler_calls"] >= 1
 
 
