@@ -2,7 +2,8 @@ r"""Synchronous vs asynchronous rollout with slow environments: step time and id
 
     python benchmarks/async_rollout.py [--latency=0.2] [--latency_dist=fixed] \
         [--sandbox_workers=8] [--steps=6] [--setups=0,1,2] [--max_attempts=1] \
-        [--config=experiments/grpo_default.py]
+        [--config=experiments/grpo_default.py] [--config.engine.enabled=True
+        --config.engine.in_flight=continue]
 
 Every sandbox job (code and shell domains) gets ``--latency`` seconds of
 injected delay (``benchmarks/slow_envs.py``; ``--latency_dist=exponential`` makes it a
@@ -86,13 +87,19 @@ def main(_):
     med = {key: statistics.median(m.get(key, 0.0) for m in ms)
            for key in ("time/step", "accelerator/idle_fraction", "time/generate",
                        "time/environments", "time/reference", "time/update", "async/staleness",
-                       "rollout/turns")}
+                       "rollout/turns", "engine/refresh_tokens", "engine/decoded_tokens",
+                       "engine/slot_steps")}
     rows.append((name, med))
     print(f"setup {name}: step {med['time/step']:.2f} s, idle "
           f"{med['accelerator/idle_fraction']:.1%} (generate {med['time/generate']:.2f}, "
           f"environments {med['time/environments']:.2f}, reference {med['time/reference']:.2f}, "
           f"update {med['time/update']:.2f}; mean staleness {med['async/staleness']:.2f}, "
           f"turns {med['rollout/turns']:.2f})", flush=True)
+    if cfg.engine.enabled:
+      print(f"  engine ({cfg.engine.in_flight}): slots {cfg.engine.slots}, slot use "
+            f"{med['engine/decoded_tokens'] / max(1.0, med['engine/slot_steps']):.0%}, "
+            f"recomputed for new weights {med['engine/refresh_tokens']:.0f} tokens/step",
+            flush=True)
 
   base_name, base = rows[0]
   device = base["time/generate"] + base["time/reference"] + base["time/update"]
