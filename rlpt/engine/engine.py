@@ -345,12 +345,11 @@ class Engine:
     sl, k, n_slots = self._slots, self.cfg.chunk_steps, self.cfg.slots
     full, rows = self.programs.decoders(sampling, self.stop_ids, self._pad)
     calls = []
+    before = sl.count.copy()
     for group, width, bound in self._plan(np.flatnonzero(sl.active)):
-      self.stats["slot_steps"] += width * k
-      self.stats["slot_positions"] += width * k * bound
       if width == n_slots and bound == self.cfg.cache_len:
         self._cache, emitted = full(params, self._cache, self.programs.slots_in(sl))
-        calls.append((None, emitted))
+        calls.append((None, width, bound, emitted))
         continue
       index = np.full(width, n_slots, np.int32)      # out of range: padding
       index[:len(group)] = group
@@ -358,18 +357,23 @@ class Engine:
       sub.active[len(group):] = False
       self._cache, emitted = rows[bound](params, self._cache, self.programs.slots_in(sub),
                                          self.programs.rows_in(index))
-      calls.append((group, emitted))
-    out = to_host([(e.tokens, e.logprobs, e.slots) for _, e in calls])
+      calls.append((group, width, bound, emitted))
+    out = to_host([(e.tokens, e.logprobs, e.slots) for *_, e in calls])
     tokens = np.full((n_slots, k), self._pad, np.int32)
     logprobs = np.zeros(tokens.shape, np.float32)
-    for (group, _), (t, lp, state) in zip(calls, out):
+    for (group, width, bound, _), (t, lp, state) in zip(calls, out):
       if group is None:
         tokens, logprobs, self._slots = t, lp, Slots(*(np.array(x) for x in state))
-        continue
-      n = len(group)
-      tokens[group], logprobs[group] = t[:n], lp[:n]
-      for whole, part in zip(self._slots, state):
-        whole[group] = part[:n]
+        group = np.arange(n_slots)
+      else:
+        n = len(group)
+        tokens[group], logprobs[group] = t[:n], lp[:n]
+        for whole, part in zip(self._slots, state):
+          whole[group] = part[:n]
+      # A call runs until its last active row stops: as many steps as its longest emission.
+      steps = int((self._slots.count[group] - before[group]).max(initial=0))
+      self.stats["slot_steps"] += width * steps
+      self.stats["slot_positions"] += width * steps * bound
     return tokens, logprobs
 
   def _end_turn(self, seq: _Seq) -> Turn:

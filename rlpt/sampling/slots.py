@@ -76,7 +76,9 @@ def _sample_rows(keys, logits_SxV, sampling: SamplingParams):
 def decode_steps(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slots: Slots,
                  sampling: SamplingParams, steps: int, stop_ids: tuple[int, ...],
                  pad_id: int) -> tuple[object, Emitted]:
-  """``steps`` decode steps over every slot; returns (cache, Emitted).
+  """Up to ``steps`` decode steps over every slot (fewer once none is active:
+  a chunk that drains the last sequences stops with them); returns (cache,
+  Emitted), pad and 0 for steps not run.
 
   A slot stops (becomes inactive) after sampling a stop token or its
   ``budget``-th token; its last sampled token stays pending (uncached), so a
@@ -90,8 +92,8 @@ def decode_steps(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
   n = slots.pending.shape[0]
   scratch = cache.v[0].shape[2] - 1
 
-  def body(i, carry):
-    cache, s, toks, logps = carry
+  def body(carry):
+    i, cache, s, toks, logps = carry
     where = jnp.where(s.active, s.position, scratch)
     logits, cache = cached_forward(graphdef, params, s.pending[:, None], where[:, None], cache,
                                    layout)
@@ -102,11 +104,16 @@ def decode_steps(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
     stopped = s.active & (jnp.isin(tok, stops) | (count >= s.budget))
     s = Slots(jnp.where(s.active, tok, s.pending), s.position + s.active, s.active & ~stopped,
               s.key, count, s.budget)
-    return cache, s, toks.at[:, i].set(tok), logps.at[:, i].set(logp)
+    return i + 1, cache, s, toks.at[:, i].set(tok), logps.at[:, i].set(logp)
+
+  def running(carry):
+    i, _, s, _, _ = carry
+    return (i < steps) & s.active.any()
 
   toks = jnp.full((n, steps), pad_id, jnp.int32)
   logps = jnp.zeros((n, steps), jnp.float32)
-  cache, slots, toks, logps = jax.lax.fori_loop(0, steps, body, (cache, slots, toks, logps))
+  _, cache, slots, toks, logps = jax.lax.while_loop(
+      running, body, (jnp.int32(0), cache, slots, toks, logps))
   return cache, Emitted(toks, logps, slots)
 
 
