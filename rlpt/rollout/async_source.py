@@ -76,8 +76,10 @@ class AsyncRolloutSource(RolloutSource):
     return self._serve(step, batch, metrics)
 
   def weights_of(self, version: int):
-    """The weights of ``version``, one of the last ``max_staleness + 1`` published."""
-    return self.snapshots[version]
+    """The weights of ``version``: the newest published, or one of the last
+    ``max_staleness + 1`` the producers keep."""
+    newest, weights = self.latest
+    return weights if version == newest else self.snapshots[version]
 
   def _feed_curriculum(self, step: int, by_domain: dict[str, list[float]]) -> None:
     """Logs the step's curriculum update and publishes its weights to the producers."""

@@ -124,10 +124,11 @@ class RolloutSource:
 
   def weights_of(self, version: int):
     """The sampler's weights of policy ``version`` (here: the published one)."""
-    if version != self.step:
-      raise ValueError(f"the synchronous source holds the weights of update {self.step} "
+    newest, weights = self.latest
+    if version != newest:
+      raise ValueError(f"the synchronous source holds the weights of update {newest} "
                        f"only, not {version}.")
-    return self.samplers.params
+    return weights
 
   def play(self, tasks: list, sampling: SamplingParams, key) -> EpisodeBatch:
     """One episode per task with the published policy (the evaluator's ``play``)."""
