@@ -70,7 +70,6 @@ class RolloutSource:
     self.cfg, self.rl, self.speculative, self.domains = rollout, cfg.rl, cfg.speculative, cfg.domains
     self.ctx, self.tokenizer, self._policy = ctx, ctx.tokenizer, policy
     self.sampling = cfg.sampling
-    self.step = 0  # the last update whose weights were published
     # (version, weights) of the newest published policy, replaced as one value
     # (producer threads read it while the loop publishes).
     self.latest: tuple[int, object] = (0, None)
@@ -119,8 +118,12 @@ class RolloutSource:
     """Gives the sampler ``weights`` (sampling layout) of update ``step``
     (default: the last published, e.g. after a restore)."""
     self.samplers.handoff(weights)
-    self.step = self.step if step is None else step
-    self.latest = (self.step, self.samplers.params)
+    self.latest = (self.step if step is None else step, self.samplers.params)
+
+  @property
+  def step(self) -> int:
+    """The last update whose weights were published."""
+    return self.latest[0]
 
   def weights_of(self, version: int):
     """The sampler's weights of policy ``version`` (here: the published one)."""
@@ -143,7 +146,6 @@ class RolloutSource:
     """Resumes after update ``step`` (the sampler's weights come by ``set_weights``)."""
     self.task_stream.load_state_dict(state["tasks"])
     self.domain_sampler.load_state_dict(state["curriculum"])
-    self.step = step
     self.latest = (step, self.latest[1])
 
   def close(self) -> None:
