@@ -21,7 +21,7 @@ at these lengths; this experiment exercises and measures long-context RL
 import ml_collections
 
 from rlpt.config import TrainConfig, default_config_dict
-from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES
+from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, sequence_sharded
 
 RUNNER = "train"
 
@@ -30,10 +30,6 @@ _CONTEXTS = {"16k": ("rlpt/longctx-kv-16k-hard-v0", 16_656),
              "32k": ("rlpt/longctx-kv-32k-hard-v0", 33_040),
              "64k": ("rlpt/longctx-kv-64k-hard-v0", 65_808),
              "smoke": ("rlpt/longctx-kv-1k-easy-v0", 1_296)}
-
-
-def _sequence_sharded(rules):
-  return [[name, "sequence" if name == "seq" else target] for name, target in rules]
 
 
 def get_config(arg: str = "16k") -> ml_collections.ConfigDict:
@@ -48,8 +44,8 @@ def get_config(arg: str = "16k") -> ml_collections.ConfigDict:
                 attention_block_size=512)
   c.domains.ids = [domain]
   c.mesh.update(data=1, sequence=-1)
-  c.sharding.train_rules = _sequence_sharded(DEFAULT_RULES)
-  c.sharding.sample_rules = _sequence_sharded(SAMPLE_RULES)
+  c.sharding.train_rules = [list(r) for r in sequence_sharded(DEFAULT_RULES)]
+  c.sharding.sample_rules = [list(r) for r in sequence_sharded(SAMPLE_RULES)]
   c.rollout.update(batch_size=4, group_size=4, max_prompt_len=prompt_len, max_new_tokens=16,
                    temperature=1.0)
   c.rl.update(advantage="grpo", kl_beta=0.01)

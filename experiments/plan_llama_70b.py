@@ -11,4 +11,6 @@ RUNNER = "plan"
 
 def get_config(arg: str = ""):
   return plan_config("70b", num_devices=256, mesh=dict(fsdp=32, tensor=8), device_memory_gib=95,
-                     train_batch=32, seq_len=4096, sample_batch=512, sample_len=4096, arg=arg)
+                     train_batch=32, seq_len=4096, sample_batch=512, sample_len=4096, arg=arg,
+                     long_context=dict(num_devices=4096, mesh=dict(fsdp=8, sequence=64, tensor=8),
+                                       train_batch=8, sample_batch=16))

@@ -23,7 +23,8 @@ def plan(cfg):
                      cfg.sharding.sample_rules, train_batch=cfg.train_batch, seq_len=cfg.seq_len,
                      sample_batch=cfg.sample_batch, sample_len=cfg.sample_len,
                      reference=cfg.reference, reference_memory=cfg.sharding.reference_memory,
-                     value_model=cfg.value_model, device_memory_gib=cfg.device_memory_gib)
+                     value_model=cfg.value_model, device_memory_gib=cfg.device_memory_gib,
+                     logprob_chunk=cfg.logprob_chunk)
 
 
 def main(argv):

@@ -124,7 +124,7 @@ class Actor:
     u, ctx, rep = self.cfg, self.ctx, self._rep
     batch_sh = self.batch_shardings(packed)
     common = dict(rules=self.rules, graphdef=self.graphdef, optimizer=self.optimizer,
-                  loss_cfg=u.loss, sampling=u.sampling, shared=shared)
+                  loss_cfg=u.loss, sampling=u.sampling, shared=shared, chunk=u.rl.logprob_chunk)
     if self.lora_cfg is None:
       return jit_step(ctx.programs, rl_train_step, self._state_sh,
                       (batch_sh, self._counts_sh, rep), ctx.mesh, **common)
@@ -135,9 +135,10 @@ class Actor:
 
   def _make_logprobs(self, shared: SharedPrefix | None, packed: bool = False):
     graphdef, sampling, bs2 = self.graphdef, self.cfg.sampling, self._bs2
+    chunk = self.cfg.rl.logprob_chunk
 
     def logprobs(params, tokens, segments):
-      return sequence_logprobs(graphdef, params, tokens, sampling, shared, segments)
+      return sequence_logprobs(graphdef, params, tokens, sampling, shared, segments, chunk)
     return self.ctx.programs.jit(with_rules(logprobs, self.mesh, self.rules),
                                  in_shardings=(self.ref_sh, bs2, bs2 if packed else None),
                                  out_shardings=bs2)

@@ -20,9 +20,9 @@ from rlpt.config import OptimConfig
 from rlpt.models import causal_mask, init_cache
 from rlpt.config.model import LoraConfig
 from rlpt.models.lora import apply_lora
-from rlpt.rl import (LossConfig, LossCounts, ValueLossConfig, entropy_from_logits,
-                     policy_objective, value_objective)
-from rlpt.sampling.logits import SamplingParams, token_logprobs
+from rlpt.rl import LossConfig, LossCounts, ValueLossConfig, policy_objective, value_objective
+from rlpt.sampling.logits import SamplingParams
+from rlpt.scoring import token_scores
 
 
 class TrainState(NamedTuple):
@@ -96,7 +96,16 @@ class SharedPrefix(NamedTuple):
 def forward_logits(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array,
                    shared: SharedPrefix | None = None,
                    segments_BxL: jax.Array | None = None) -> jax.Array:
-  """Logits [B, L, V] of a full causal pass with positions 0..L-1.
+  """Logits [B, L, V] of a full causal pass with positions 0..L-1 (see ``forward_hidden``)."""
+  model, h_BxLxD = forward_hidden(graphdef, params, tokens_BxL, shared, segments_BxL)
+  return model.head(h_BxLxD)
+
+
+def forward_hidden(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array,
+                   shared: SharedPrefix | None = None,
+                   segments_BxL: jax.Array | None = None) -> tuple[nnx.Module, jax.Array]:
+  """(the model, its final hidden states [B, L, D]) of a full causal pass with
+  positions 0..L-1; ``model.head`` turns them into logits.
 
   With ``segments`` (packed rows, rlpt.packing) each token attends to the
   earlier tokens of its own segment only and positions restart at 0 in each
@@ -115,14 +124,12 @@ def forward_logits(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Ar
   if segments_BxL is not None:
     check_packable(model.cfg)
     positions, mask = segment_positions_and_mask(segments_BxL)
-    logits, _ = model(tokens_BxL, positions, mask)
-    return logits
+    return model, model.decoder(tokens_BxL, positions, mask)[0]
   if shared is not None and 0 < shared.length < l and shared.group > 1 and (
       model.cfg.attention_impl == "dense"):
-    return _forward_shared_prefix(model, tokens_BxL, shared)
+    return model, _hidden_shared_prefix(model, tokens_BxL, shared)
   positions = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
-  logits, _ = model(tokens_BxL, positions, causal_mask(positions, positions))
-  return logits
+  return model, model.decoder(tokens_BxL, positions, causal_mask(positions, positions))[0]
 
 
 def check_packable(cfg) -> None:
@@ -145,7 +152,7 @@ def segment_positions_and_mask(segments_BxL: jax.Array) -> tuple[jax.Array, jax.
   return idx - first, same & (idx[None, None, :] <= idx[None, :, None])
 
 
-def _forward_shared_prefix(model, tokens_BxL: jax.Array, shared: SharedPrefix) -> jax.Array:
+def _hidden_shared_prefix(model, tokens_BxL: jax.Array, shared: SharedPrefix) -> jax.Array:
   b, l = tokens_BxL.shape
   n, g = shared.length, shared.group
   if b % g:
@@ -154,16 +161,16 @@ def _forward_shared_prefix(model, tokens_BxL: jax.Array, shared: SharedPrefix) -
   key_pos = jnp.arange(l, dtype=jnp.int32)
   # The prefix of each group (row 0 of the group), cached at slots 0..n-1.
   pre_pos = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (p, n))
-  pre_logits, cache = model(tokens_BxL[::g, :n], pre_pos,
-                            causal_mask(pre_pos, jnp.broadcast_to(key_pos, (p, l))),
-                            init_cache(model.cfg, p, l), jnp.zeros((p,), jnp.int32))
+  pre_h, cache = model.decoder(tokens_BxL[::g, :n], pre_pos,
+                               causal_mask(pre_pos, jnp.broadcast_to(key_pos, (p, l))),
+                               init_cache(model.cfg, p, l), jnp.zeros((p,), jnp.int32))
   cache = jax.tree.map(lambda c: jnp.repeat(c, g, axis=0), cache)
   # Every row's own tokens after the prefix, attending to the prefix and themselves.
   suf_pos = jnp.broadcast_to(jnp.arange(n, l, dtype=jnp.int32), (b, l - n))
-  suf_logits, _ = model(tokens_BxL[:, n:], suf_pos,
-                        causal_mask(suf_pos, jnp.broadcast_to(key_pos, (b, l))), cache,
-                        jnp.full((b,), n, jnp.int32))
-  return jnp.concatenate([jnp.repeat(pre_logits, g, axis=0), suf_logits], axis=1)
+  suf_h, _ = model.decoder(tokens_BxL[:, n:], suf_pos,
+                           causal_mask(suf_pos, jnp.broadcast_to(key_pos, (b, l))), cache,
+                           jnp.full((b,), n, jnp.int32))
+  return jnp.concatenate([jnp.repeat(pre_h, g, axis=0), suf_h], axis=1)
 
 
 def find_shared_prefix(tokens_BxL, group: int, multiple: int = 16) -> SharedPrefix | None:
@@ -194,33 +201,35 @@ def check_shared_prefix(tokens_BxL, shared: SharedPrefix) -> None:
 
 def sequence_logprobs(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxL: jax.Array,
                       sampling: SamplingParams, shared: SharedPrefix | None = None,
-                      segments_BxL: jax.Array | None = None) -> jax.Array:
-  """Log-prob [B, L-1] of token t+1 given tokens <= t, under ``sampling``'s processing."""
-  logits = forward_logits(graphdef, params, tokens_BxL[:, :-1], shared,
-                          None if segments_BxL is None else segments_BxL[:, :-1])
-  return token_logprobs(logits, tokens_BxL[:, 1:], sampling)
+                      segments_BxL: jax.Array | None = None, chunk: int = 0) -> jax.Array:
+  """Log-prob [B, L-1] of token t+1 given tokens <= t, under ``sampling``'s
+  processing; logits formed ``chunk`` positions at a time (rlpt.scoring)."""
+  model, h = forward_hidden(graphdef, params, tokens_BxL[:, :-1], shared,
+                            None if segments_BxL is None else segments_BxL[:, :-1])
+  return token_scores(model.head, h, tokens_BxL[:, 1:], sampling, chunk=chunk)[0]
 
 
 def rl_train_step(state: TrainState, batch: RLBatch, counts: LossCounts, kl_coef: jax.Array, *,
                   graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
                   loss_cfg: LossConfig, sampling: SamplingParams,
-                  shared: SharedPrefix | None = None) -> tuple[TrainState, dict]:
+                  shared: SharedPrefix | None = None, chunk: int = 0) -> tuple[TrainState, dict]:
   """One policy-gradient update.
 
   ``counts`` are the whole batch's (all minibatches), so the loss scale does not
   depend on how the batch is split; ``kl_coef`` is the current KL-in-the-loss
   coefficient (a fixed or adaptive controller's value); ``shared``: see
-  ``forward_logits``.
+  ``forward_hidden``; ``chunk``: positions scored at a time (rlpt.scoring).
   """
   return _policy_update(state, lambda params: params, batch, counts, kl_coef, graphdef=graphdef,
-                        optimizer=optimizer, loss_cfg=loss_cfg, sampling=sampling, shared=shared)
+                        optimizer=optimizer, loss_cfg=loss_cfg, sampling=sampling, shared=shared,
+                        chunk=chunk)
 
 
 def lora_rl_train_step(state: TrainState, base: nnx.State, batch: RLBatch, counts: LossCounts,
                        kl_coef: jax.Array, *, graphdef: nnx.GraphDef,
                        optimizer: optax.GradientTransformation, loss_cfg: LossConfig,
                        sampling: SamplingParams, lora_cfg: LoraConfig,
-                       shared: SharedPrefix | None = None) -> tuple[TrainState, dict]:
+                       shared: SharedPrefix | None = None, chunk: int = 0) -> tuple[TrainState, dict]:
   """``rl_train_step`` with ``state.params`` = the adapters over the frozen ``base``.
 
   ``base`` is a plain argument, not differentiated: its gradient is never
@@ -229,17 +238,17 @@ def lora_rl_train_step(state: TrainState, base: nnx.State, batch: RLBatch, count
   """
   return _policy_update(state, lambda adapters: apply_lora(base, adapters, lora_cfg), batch, counts,
                         kl_coef, graphdef=graphdef, optimizer=optimizer, loss_cfg=loss_cfg,
-                        sampling=sampling, shared=shared)
+                        sampling=sampling, shared=shared, chunk=chunk)
 
 
 def _policy_update(state: TrainState, model_params, batch: RLBatch, counts: LossCounts,
                    kl_coef: jax.Array, *, graphdef, optimizer, loss_cfg, sampling,
-                   shared) -> tuple[TrainState, dict]:
+                   shared, chunk) -> tuple[TrainState, dict]:
   """The update of ``state.params``, which ``model_params`` maps to the model's parameters."""
 
   def loss_fn(params):
     return policy_loss(model_params(params), batch, counts, kl_coef, graphdef=graphdef,
-                       loss_cfg=loss_cfg, sampling=sampling, shared=shared)
+                       loss_cfg=loss_cfg, sampling=sampling, shared=shared, chunk=chunk)
 
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   return apply_gradients(state, grads, optimizer), {**metrics,
@@ -248,12 +257,13 @@ def _policy_update(state: TrainState, model_params, batch: RLBatch, counts: Loss
 
 def policy_loss(params: nnx.State, batch: RLBatch, counts: LossCounts, kl_coef: jax.Array, *,
                 graphdef: nnx.GraphDef, loss_cfg: LossConfig, sampling: SamplingParams,
-                shared: SharedPrefix | None = None) -> tuple[jax.Array, dict]:
-  """The policy objective of ``batch`` under ``params``: (loss, metrics)."""
+                shared: SharedPrefix | None = None, chunk: int = 0) -> tuple[jax.Array, dict]:
+  """The policy objective of ``batch`` under ``params``: (loss, metrics); logits
+  formed ``chunk`` positions at a time (rlpt.scoring)."""
   segments = None if batch.segments is None else batch.segments[:, :-1]
-  logits = forward_logits(graphdef, params, batch.tokens[:, :-1], shared, segments)
-  logp = token_logprobs(logits, batch.tokens[:, 1:], sampling)
-  entropy = entropy_from_logits(logits, sampling) if loss_cfg.entropy_coef > 0 else None
+  model, h = forward_hidden(graphdef, params, batch.tokens[:, :-1], shared, segments)
+  logp, entropy = token_scores(model.head, h, batch.tokens[:, 1:], sampling, chunk=chunk,
+                               entropy=loss_cfg.entropy_coef > 0)
   return policy_objective(logp, batch.old_logp, batch.ref_logp, batch.advantages,
                           batch.loss_mask, loss_cfg, counts.num_tokens, counts.num_seqs,
                           kl_coef=kl_coef, entropy_BxT=entropy)

@@ -21,8 +21,8 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rlpt")
 LAYERS = {
     "pure": {"attention", "checkpoint", "config", "curriculum", "data", "distill", "keys", "metrics",
-             "models", "packing", "registry", "rl", "sampling", "sharding", "steps", "tokenizers",
-             "update"},
+             "models", "packing", "registry", "rl", "sampling", "scoring", "sharding", "steps",
+             "tokenizers", "update"},
     "device": {"device"},
     "orchestration": {"actor", "engine", "evaluation", "pretrain", "rollout", "trainer"},
 }

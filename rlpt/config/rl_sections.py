@@ -231,6 +231,10 @@ class EnvConfig:
     _require(self.ray_actors > 0, f"env.ray_actors must be > 0, got {self.ray_actors}.")
 
 
+# Positions per row the scoring passes form logits for at a time (RLConfig.logprob_chunk).
+LOGPROB_CHUNK = 1024
+
+
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
   """The policy-gradient algorithm: estimator, loss and their knobs.
@@ -288,8 +292,15 @@ class RLConfig:
   # token (aggregation and policy loss registered without per_sequence) and
   # the model's attention is dense without windows; else one sequence per row.
   pack_sequences: bool = True
+  # The reference, scoring and update passes form the fp32 logits this many
+  # positions per row at a time (rlpt.scoring: strided chunks, rematerialised
+  # in the backward pass), so no pass holds the whole [tokens x vocab] block:
+  # at Llama 3's vocabulary a chunk is 0.5 GB per row. 0: whole sequences.
+  logprob_chunk: int = LOGPROB_CHUNK
 
   def __post_init__(self):
+    _require(self.logprob_chunk >= 0,
+             f"rl.logprob_chunk must be >= 0 (0: whole sequences), got {self.logprob_chunk}.")
     _require(self.tis_cap >= 1.0, f"rl.tis_cap must be >= 1, got {self.tis_cap}.")
     _require(self.ppo_epochs > 0, f"rl.ppo_epochs must be > 0, got {self.ppo_epochs}.")
     _require(self.minibatches > 0, f"rl.minibatches must be > 0, got {self.minibatches}.")

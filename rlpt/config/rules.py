@@ -44,6 +44,12 @@ SAMPLE_RULES: Rules = (
 )
 
 
+def sequence_sharded(rules: Rules) -> Rules:
+  """``rules`` with the ``seq`` axis on the ``sequence`` mesh axis (long
+  contexts: ring attention, sequence-sharded activations and KV cache)."""
+  return tuple((name, "sequence" if name == "seq" else target) for name, target in rules)
+
+
 def check_rules(rules: Rules, what: str = "rules", mesh_axes: Sequence[str] = MESH_AXES) -> Rules:
   """Validates a rules table; returns it as nested tuples.
 

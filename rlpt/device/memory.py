@@ -83,27 +83,59 @@ def kv_cache_bytes(model_cfg: ModelConfig, batch: int, length: int, mesh, rules:
   return per_device_bytes(cache, shs)
 
 
+def _tokens_per_device(batch: int, seq_len: int, mesh, rules: Rules) -> float:
+  """Tokens of a [batch, seq_len] micro-batch on one device: rows split by the
+  batch rule, positions by the seq rule (the sequence axis of long contexts)."""
+  return (batch / axis_shards("batch", rules, mesh)) * (seq_len / axis_shards("seq", rules, mesh))
+
+
 def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, mesh, rules: Rules) -> int:
-  """Estimated per-device bytes backprop keeps for one train micro-batch.
+  """Estimated per-device bytes backprop keeps of the trunk for one train micro-batch.
 
   Per token and layer, in the activation dtype (``a`` bytes): the residual
-  stream, two norm outputs and the block output (4 D); q, k, v and the
-  attention output (2 N H + 2 K H, split by the heads / kv_heads rules); the
-  MLP gate, up and product (3 F, split by the mlp rule); and in fp32 the
-  attention scores and probabilities over the keys a query sees at once
-  (2 N S: S = seq_len for dense attention, the block size for blockwise
-  kernels). Plus the fp32 logits and log-softmax (2 V, split by the vocab
-  rule). Tokens are split by the batch rule.
+  stream in, the two norm outputs, the attention projection's output, the
+  second residual and the MLP's output (6 D); q and k before and after the
+  rotary embedding, v and the attention output (3 N H + 3 K H, split by the
+  heads / kv_heads rules); the MLP's gate, up, activation and product (4 F,
+  split by the mlp rule); and in fp32, for dense attention the scores,
+  probabilities and mask over all S keys (3 N S), for the blockwise kernels
+  only each query's log-sum-exp (N: they recompute a block's scores in the
+  backward pass). Tokens are split by the batch and seq rules. The output
+  head's logits are ``scoring_bytes``. Calibrated against XLA's analysis of
+  the compiled update (fp32, CPU: within 2% per token and layer for dense and
+  blockwise attention; benchmarks/scoring_memory.py compares whole plans).
   """
   a = jnp.dtype(cfg.dtype).itemsize
   shards = lambda name: axis_shards(name, rules, mesh)
-  tokens = batch * seq_len / shards("batch")
   n, k, h, d, f = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.d_model, cfg.mlp_dim
-  keys = seq_len if cfg.attention_impl == "dense" else min(seq_len, cfg.attention_block_size)
-  per_layer = (a * 4 * d + a * (2 * n * h / shards("heads") + 2 * k * h / shards("kv_heads"))
-               + a * 3 * f / shards("mlp") + 4 * 2 * n * keys / shards("heads"))
-  logits = 4 * 2 * cfg.vocab_size / shards("vocab")
-  return int(tokens * (cfg.num_layers * per_layer + logits))
+  scores = 3 * n * seq_len if cfg.attention_impl == "dense" else n
+  per_layer = (a * 6 * d + a * (3 * n * h / shards("heads") + 3 * k * h / shards("kv_heads"))
+               + a * 4 * f / shards("mlp") + 4 * scores / shards("heads"))
+  return int(_tokens_per_device(batch, seq_len, mesh, rules) * cfg.num_layers * per_layer)
+
+
+# fp32 [tokens x vocab] blocks the update holds at its peak, measured from XLA's
+# analysis (benchmarks/scoring_memory.py): the whole micro-batch's logits, their
+# log-softmax and the logits' gradient; or, scoring by chunks, one chunk's
+# recomputed logits, log-softmax, probabilities and gradient.
+FULL_SCORING_BLOCKS = 3
+CHUNK_SCORING_BLOCKS = 4
+
+
+def scoring_bytes(cfg: ModelConfig, batch: int, seq_len: int, chunk: int, mesh,
+                  rules: Rules) -> int:
+  """Per-device bytes of the output head's fp32 logits in the update.
+
+  ``chunk`` = 0: the whole micro-batch's [tokens x vocab] blocks; else the
+  passes score ``chunk`` positions per row at a time (rlpt.scoring) and hold
+  one chunk's blocks, the chunk's positions split by the seq rule like the
+  sequence's. The vocabulary is split by its
+  rule; the hidden states the chunks read are the trunk's (``activation_bytes``).
+  """
+  chunked = 0 < chunk < seq_len
+  tokens = _tokens_per_device(batch, chunk if chunked else seq_len, mesh, rules)
+  blocks = CHUNK_SCORING_BLOCKS if chunked else FULL_SCORING_BLOCKS
+  return int(tokens * blocks * 4 * cfg.vocab_size / axis_shards("vocab", rules, mesh))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,12 +151,14 @@ class MemoryPlan:
   @property
   def peak(self) -> int:
     """Resident state plus the larger of the two phases: sampling (KV cache)
-    or an update (gradients and activations of the policy step, the larger one)."""
+    or an update (gradients, activations and scoring logits of the policy
+    step, the larger one)."""
     r = self.rows
     resident = sum(v for k, v in r.items()
                    if k not in ("policy gradients", "value gradients", "KV cache (sampling)",
-                                "activations (policy step)"))
-    update = r["policy gradients"] + r["activations (policy step)"]
+                                "activations (policy step)", "scoring logits (policy step)"))
+    update = (r["policy gradients"] + r["activations (policy step)"]
+              + r["scoring logits (policy step)"])
     return resident + max(r["KV cache (sampling)"], update)
 
   def table(self) -> str:
@@ -146,10 +180,11 @@ def memory_plan(model_cfg: ModelConfig, mesh_shape: Mapping[str, int], num_devic
                 train_rules: Rules, sample_rules: Rules, *, train_batch: int, seq_len: int,
                 sample_batch: int, sample_len: int, reference: bool = True,
                 reference_memory: str = "device", value_model: bool = True,
-                device_memory_gib: float = 0.0) -> MemoryPlan:
+                device_memory_gib: float = 0.0, logprob_chunk: int = 0) -> MemoryPlan:
   """Per-device bytes of a policy (+ reference, + critic) run; nothing is allocated.
 
-  ``train_batch`` sequences of ``seq_len`` tokens per update micro-batch;
+  ``train_batch`` sequences of ``seq_len`` tokens per update micro-batch,
+  scored ``logprob_chunk`` positions at a time (0: whole sequences);
   ``sample_batch`` sequences decoded together with a KV cache of
   ``sample_len`` (prompt + new tokens).
   """
@@ -183,5 +218,7 @@ def memory_plan(model_cfg: ModelConfig, mesh_shape: Mapping[str, int], num_devic
                                                sample_rules)
   rows["activations (policy step)"] = activation_bytes(model_cfg, train_batch, seq_len, mesh,
                                                        train_rules)
+  rows["scoring logits (policy step)"] = scoring_bytes(model_cfg, train_batch, seq_len,
+                                                       logprob_chunk, mesh, train_rules)
   return MemoryPlan({k: v for k, v in mesh.shape.items()}, rows, host_rows, counts,
                     int(device_memory_gib * GiB))

@@ -357,6 +357,12 @@ class Transformer(nnx.Module):
                                   layout)
     if not with_logits:
       return None, cache
+    return self.head(h_BxTxD), cache
+
+  def head(self, h_BxTxD: jax.Array) -> jax.Array:
+    """fp32 logits [B, T, V] of final hidden states: the output projection (tied
+    or not) and the final soft cap. Scoring passes call it on chunks of the
+    sequence (rlpt.scoring) so the whole [T, V] block never exists."""
     h = h_BxTxD.astype(jnp.float32)
     if self.cfg.tie_embeddings:
       # Tied explicitly (no shared Variable) so the model also works in tree mode.
@@ -368,7 +374,7 @@ class Transformer(nnx.Module):
     if self.cfg.final_logit_softcap:
       cap = self.cfg.final_logit_softcap
       logits = jnp.tanh(logits / cap) * cap
-    return constrain(logits, ("batch", "seq", "vocab")), cache
+    return constrain(logits, ("batch", "seq", "vocab"))
 
 
 class ValueModel(nnx.Module):

@@ -10,7 +10,8 @@ never to the model. Two tables: ``DEFAULT_RULES`` (training: FSDP + tensor) and
 abstract meshes.
 """
 
-from rlpt.config.rules import DEFAULT_RULES, LOGICAL_AXES, MESH_AXES, SAMPLE_RULES, Rules, check_rules
+from rlpt.config.rules import (DEFAULT_RULES, LOGICAL_AXES, MESH_AXES, SAMPLE_RULES, Rules,
+                               check_rules, sequence_sharded)
 from rlpt.sharding.mesh import make_mesh
 from rlpt.sharding.rules import (
     KV_CACHE_AXES,
@@ -27,6 +28,7 @@ __all__ = [
     "MESH_AXES",
     "make_mesh",
     "DEFAULT_RULES",
+    "sequence_sharded",
     "KV_CACHE_AXES",
     "K_CACHE_AXES",
     "LOGICAL_AXES",

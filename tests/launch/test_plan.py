@@ -37,15 +37,35 @@ def test_llama_8b_plan_matches_hand_arithmetic():
   assert p.rows["KV cache (sampling)"] == 2 * 2 * L * (256 // FSDP) * 4096 * (K // TP) * H
   # Activations (the documented estimate): tokens per device x per-token bytes.
   tokens = 16 * 4096 // FSDP
-  per_layer = 2 * 4 * D + 2 * (2 * N * H // TP + 2 * K * H // TP) + 2 * 3 * F // TP \
-      + 4 * 2 * N * 512 // TP
-  assert p.rows["activations (policy step)"] == tokens * (L * per_layer + 4 * 2 * V // TP)
+  per_layer = 2 * 6 * D + 2 * (3 * N * H // TP + 3 * K * H // TP) + 2 * 4 * F // TP + 4 * N // TP
+  assert p.rows["activations (policy step)"] == tokens * L * per_layer
+  # Scoring by chunks of 1024 positions: one chunk's four fp32 [tokens x vocab] blocks.
+  assert p.rows["scoring logits (policy step)"] == (16 // FSDP) * 1024 * 4 * 4 * V // TP
   resident = sum(p.rows[k] for k in ("policy params", "policy optimizer (Adam)",
                                      "policy sampling copy", "reference params", "value params",
                                      "value optimizer (Adam)"))
   assert p.peak == resident + max(p.rows["KV cache (sampling)"],
-                                  params + p.rows["activations (policy step)"])
+                                  params + p.rows["activations (policy step)"]
+                                  + p.rows["scoring logits (policy step)"])
   assert "fits" in p.table()
+
+
+@pytest.mark.parametrize("size", ["8b", "70b"])
+def test_long_context_plans_fit_80gb_and_split_tokens_over_the_sequence(size):
+  cd = importlib.import_module(f"experiments.plan_llama_{size}").get_config("128k")
+  cfg = from_config_dict(PlanConfig, cd)
+  p = plan(cfg)
+  assert cfg.seq_len == 131072 and p.mesh["sequence"] > 1 and "fits" in p.table()
+  assert p.peak <= 80 * 2 ** 30
+  # The whole [tokens x vocab] logits would be this many times the chunk's.
+  full = plan(from_config_dict(PlanConfig, {**cd.to_dict(), "logprob_chunk": 0}))
+  assert full.rows["scoring logits (policy step)"] == (
+      p.rows["scoring logits (policy step)"] * 131072 // 1024 * 3 // 4)
+  tokens = cfg.train_batch * 131072 // (p.mesh["data"] * p.mesh["fsdp"] * p.mesh["sequence"])
+  per_token = p.rows["activations (policy step)"] / tokens
+  assert per_token == pytest.approx(
+      plan(from_config_dict(PlanConfig, {**cd.to_dict(), "seq_len": 65536}))
+      .rows["activations (policy step)"] / (tokens // 2))
 
 
 def test_70b_plan_and_reference_on_host():
