@@ -204,14 +204,17 @@ class Actor:
   # The update.
 
   def _packing(self, tokens_BxL, loss_mask_BxT) -> Packing | None:
-    """How the rows pack (None: not packing). The packed row count is rounded up
-    to a sixteenth of the rows (and the batch shards) and the packed width to
-    the next 2^k or 1.5 * 2^k, so a run compiles a handful of shapes."""
+    """How the rows pack (None: not packing). One packed width per run, the
+    longest sequence the rollout can make rounded to the next 2^k or 1.5 * 2^k;
+    the row count in units of a sixteenth of the rows (and the batch shards),
+    rounded up the ladder of four rungs an octave (rlpt.packing.row_ladder):
+    a run compiles each pass for a handful of row counts."""
     if not self.packs:
       return None
     multiple = math.lcm(self._row_multiple, max(1, len(tokens_BxL) // 16))
-    return Packing.plan(tokens_BxL, loss_mask_BxT, self.cfg.pad_id, multiple,
-                        width=pack_width(tokens_BxL.shape[1]))
+    width = pack_width(max(tokens_BxL.shape[1], self.cfg.max_len))
+    return Packing.plan(tokens_BxL, loss_mask_BxT, self.cfg.pad_id, multiple, width=width,
+                        ladder=True)
 
   def _advantages(self, batch: RolloutBatch, ref_logp, values):
     """Advantages and value targets for a graded batch; applies reward shaping."""

@@ -16,10 +16,11 @@ their sequence; the target slot after a sequence's last token (the next
 sequence's first token) holds 0, so it never carries loss.
 
 Rows are filled first-fit, longest sequence first (deterministic: ties by
-index), and their count is rounded up to ``row_multiple`` (batch shards and
-a handful of compiled shapes); extra rows are all padding. Packed rows may be
-wider than the batch's (``width``): ``pack_width`` rounds a batch width up to
-the next of 2^k, 1.5 * 2^k, so batches of a few widths share one compiled shape.
+index), and their count is rounded up to ``row_multiple`` (batch shards), with
+``ladder`` further to ``row_ladder``'s next rung, so a run compiles a handful
+of shapes; extra rows are all padding. Packed rows may be wider than the
+batch's (``width``): ``pack_width`` rounds a batch width up to the next of
+2^k, 1.5 * 2^k, so batches of a few widths share one compiled shape.
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ def pack_width(width: int) -> int:
   if w <= 2:
     return w
   return 3 << (k - 1) if w <= 3 << (k - 1) else 2 << k
+
+
+def row_ladder(units: int) -> int:
+  """``units`` rounded up to the next rung of 1, 2, 3, 4, then 2^k x (1, 1.25,
+  1.5, 1.75): four rungs an octave, so padding rows stay under a quarter of
+  the rows while batches of any size share a few compiled shapes
+  (5 -> 5, 9 -> 10, 11 -> 12, 13 -> 14, 15 -> 16, 17 -> 20)."""
+  u = max(int(units), 1)
+  if u <= 4:
+    return u
+  octave = 1 << (u.bit_length() - 1)          # 2^k <= u < 2^(k+1), k >= 2
+  step = octave // 4
+  return -(-u // step) * step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +76,9 @@ class Packing:
 
   @classmethod
   def plan(cls, tokens_BxL, loss_mask_BxT, pad_id: int, row_multiple: int = 1,
-           width: int | None = None) -> "Packing":
-    """``width``: of the packed rows (default the batch's, never less)."""
+           width: int | None = None, ladder: bool = False) -> "Packing":
+    """``width``: of the packed rows (default the batch's, never less);
+    ``ladder``: the row count in units of ``row_multiple`` on ``row_ladder``."""
     t = np.asarray(tokens_BxL)
     b, batch_width = t.shape
     if width is not None and width < batch_width:
@@ -89,7 +104,8 @@ class Packing:
       count[r] += 1
       rank[i] = count[r]
     m = max(int(row_multiple), 1)
-    num_rows = -(-max(len(free), 1) // m) * m
+    units = -(-max(len(free), 1) // m)
+    num_rows = (row_ladder(units) if ladder else units) * m
     return cls(row, offset, length, rank, num_rows, width, batch_width)
 
   @property

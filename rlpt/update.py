@@ -47,6 +47,7 @@ class UpdateConfig:
   scoring_pass: bool         # behaviour log-probs from a policy pass before the update
   seed: int
   pad_id: int                # the tokenizer's (packing finds each row's real tokens)
+  max_len: int = 0           # longest sequence a batch holds (prompt + new tokens; 0: unknown)
 
   @classmethod
   def from_train(cls, cfg: TrainConfig, pad_id: int) -> "UpdateConfig":
@@ -54,7 +55,7 @@ class UpdateConfig:
     return cls(cfg.rl, cfg.loss_config(), cfg.value_loss_config(),
                SamplingParams(ro.temperature, ro.top_k, ro.top_p), ro.group_size, ro.batch_size,
                ro.max_new_tokens, cfg.recomputes_old_logp and not cfg.tis_in_step, cfg.seed,
-               pad_id)
+               pad_id, ro.max_prompt_len + ro.max_new_tokens)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
-from rlpt.packing import Packing, pack_width
+from rlpt.packing import Packing, pack_width, row_ladder
 from rlpt.rl import LossConfig, LossCounts, is_per_token, loss_counts
 from rlpt.sampling import SamplingParams
 from rlpt.steps import (RLBatch, check_packable, init_train_state, rl_train_step,
@@ -74,6 +74,22 @@ def test_pack_width_ladder():
   assert got == [1, 3, 4, 6, 8, 12, 24, 96, 96, 96, 128, 192, 256]
   for w in range(1, 3000):
     assert w <= pack_width(w) <= max(w, 1.5 * (w - 1))
+
+
+def test_row_ladder_bounds_padding_and_shapes():
+  assert [row_ladder(u) for u in (1, 4, 5, 8, 9, 11, 13, 15, 17, 33, 100)] == [
+      1, 4, 5, 8, 10, 12, 14, 16, 20, 40, 112]
+  for u in range(1, 5000):
+    assert u <= row_ladder(u) < 1.25 * u + 1
+  # 4 rungs an octave: a batch whose packed rows range over 2x compiles about 4 shapes.
+  assert len({row_ladder(u) for u in range(40, 80)}) == 5
+  rng = np.random.default_rng(5)
+  tokens, mask = _batch(rng, b=64, l=24)
+  plain = Packing.plan(tokens, mask, PAD, row_multiple=2)
+  laddered = Packing.plan(tokens, mask, PAD, row_multiple=2, ladder=True)
+  assert laddered.num_rows == 2 * row_ladder(plain.num_rows // 2) >= plain.num_rows
+  np.testing.assert_array_equal(laddered.row_B, plain.row_B)  # only padding rows are added
+  np.testing.assert_array_equal(laddered.unpack(laddered.pack(mask)), mask)
 
 
 def test_a_full_row_and_a_pad_token_inside_a_completion():
