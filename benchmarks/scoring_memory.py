@@ -15,7 +15,8 @@ must stay within a few chunk x vocab fp32 blocks, whatever T is.
 Part 2: the memory plan (``rlpt.device.memory``, what ``launch.plan`` prints)
 against XLA's analysis of the same update for a reduced model at the
 long-context cases' tokens-to-vocabulary ratio (8K tokens, vocabulary 8,016 =
-128,256 / 16; 128K tokens against 128,256 in the plans): the plan's policy
+128,256 / 16; 128K tokens against 128,256 in the plans). "trunk" in part 1 is
+the same update with a 256-entry vocabulary.: the plan's policy
 step (parameters, Adam state, gradients, activations, scoring) over XLA's.
 """
 
@@ -72,7 +73,7 @@ def part1(lengths, vocabs, chunk):
         "| chunked less trunk / chunk block |")
   print("|---:|---:|---:|---:|---:|---:|---:|")
   for length in lengths:
-    trunk = update_peak(dataclasses.replace(TRUNK, vocab_size=256), length, 0)
+    trunk = update_peak(dataclasses.replace(TRUNK, vocab_size=256), length, chunk)
     for vocab in vocabs:
       cfg = dataclasses.replace(TRUNK, vocab_size=vocab)
       full, chunked = update_peak(cfg, length, 0), update_peak(cfg, length, chunk)

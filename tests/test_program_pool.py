@@ -74,6 +74,22 @@ def test_zero_is_no_bound_and_resize_drops_past_the_new_bound():
     device.ProgramPool(2.5)
 
 
+def test_a_reservation_adds_room_for_a_fixed_set():
+  pool = device.ProgramPool(capacity=2)
+  f = pool.jit(_fn)
+  for rows in range(1, 3):
+    f(*_args(rows))
+  pool.reserve(3)
+  for rows in range(3, 6):
+    f(*_args(rows))
+  assert pool.capacity == 5 and len(pool) == 5 and pool.evictions == 0
+  unbounded = device.ProgramPool(capacity=0)
+  unbounded.reserve(4)
+  assert unbounded.capacity == 0
+  with pytest.raises(ValueError, match=r"reservation must be an int >= 0, got -1"):
+    pool.reserve(-1)
+
+
 def test_a_collected_function_frees_its_places():
   pool = device.ProgramPool(capacity=4)
   f = pool.jit(_fn)

@@ -96,21 +96,23 @@ def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, mesh, rules: Ru
   stream in, the two norm outputs, the attention projection's output, the
   second residual and the MLP's output (6 D); q and k before and after the
   rotary embedding, v and the attention output (3 N H + 3 K H, split by the
-  heads / kv_heads rules); the MLP's gate, up, activation and product (4 F,
-  split by the mlp rule); and in fp32, for dense attention the scores,
+  heads / kv_heads rules); the MLP's gate, up, the gate's sigmoid, the
+  activation, the product and one temporary XLA keeps beside them (6 F, split
+  by the mlp rule); and in fp32, for dense attention the scores,
   probabilities and mask over all S keys (3 N S), for the blockwise kernels
   only each query's log-sum-exp (N: they recompute a block's scores in the
   backward pass). Tokens are split by the batch and seq rules. The output
   head's logits are ``scoring_bytes``. Calibrated against XLA's analysis of
-  the compiled update (fp32, CPU: within 2% per token and layer for dense and
-  blockwise attention; benchmarks/scoring_memory.py compares whole plans).
+  the compiled update (fp32, CPU, the difference between one and three
+  layers: within 1% per token and layer for dense attention, 1-6% for
+  blockwise; benchmarks/scoring_memory.py compares whole plans).
   """
   a = jnp.dtype(cfg.dtype).itemsize
   shards = lambda name: axis_shards(name, rules, mesh)
   n, k, h, d, f = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.d_model, cfg.mlp_dim
   scores = 3 * n * seq_len if cfg.attention_impl == "dense" else n
   per_layer = (a * 6 * d + a * (3 * n * h / shards("heads") + 3 * k * h / shards("kv_heads"))
-               + a * 4 * f / shards("mlp") + 4 * scores / shards("heads"))
+               + a * 6 * f / shards("mlp") + 4 * scores / shards("heads"))
   return int(_tokens_per_device(batch, seq_len, mesh, rules) * cfg.num_layers * per_layer)
 
 

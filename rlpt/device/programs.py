@@ -102,6 +102,17 @@ class ProgramPool:
       self.capacity = capacity
       self._evict()
 
+  def reserve(self, count: int) -> None:
+    """Room for ``count`` more programs (an unbounded pool stays unbounded): a
+    component whose programs are a fixed set, known when it is built (the
+    engine's), adds them to the bound instead of competing for it with the
+    run's shape-driven programs and evicting them, or being evicted, every step."""
+    if not isinstance(count, int) or count < 0:
+      raise ValueError(f"a reservation must be an int >= 0, got {count!r}.")
+    with self._lock:
+      if self.capacity:
+        self.capacity += count
+
   def __len__(self) -> int:
     """Programs kept now (those of collected functions are gone already)."""
     with self._lock:

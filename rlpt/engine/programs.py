@@ -82,6 +82,9 @@ class EnginePrograms:
     self.cache_sh = cache_shardings(model_cfg, cfg, mesh, rules)
     self.widths = row_ladder(cfg.slots, batch_multiple(mesh, rules))
     self.bounds = bound_ladder(cfg.cache_len, cfg.chunk_steps)
+    # A fixed set of programs: the initialiser, a prefill and a copy per bound
+    # here, the decoders per sampling mode when built (``decoders``).
+    programs.reserve(1 + 2 * len(self.bounds))
     self.init = programs.jit(lambda: self.layout.init(model_cfg, cfg.slots, cfg.cache_len),
                              out_shardings=self.cache_sh)
     rep = self.rep = replicated(mesh)
@@ -113,6 +116,7 @@ class EnginePrograms:
   def decoders(self, sampling: SamplingParams, stop_ids: tuple[int, ...], pad_id: int):
     key = (sampling, stop_ids, pad_id)
     if key not in self._decoders:
+      self.programs.reserve(1 + len(self.widths) * len(self.bounds))
       self._decoders[key] = self._build_decoders(sampling, stop_ids, pad_id)
     return self._decoders[key]
 

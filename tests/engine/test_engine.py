@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rlpt.device import ProgramPool, RunContext, SampledModel
+from rlpt.device import MAX_PROGRAMS, ProgramPool, RunContext, SampledModel
 from rlpt.engine import Engine, EngineConfig
 from rlpt.keys import run_key
 from rlpt.models import ModelConfig, Transformer
@@ -299,6 +299,9 @@ def test_warm_up_compiles_every_program_and_changes_nothing(model):
   compiled = len(ctx.programs)
   w, b = len(engine.programs.widths), len(engine.programs.bounds)
   assert compiled == 1 + 2 * b + w * b
+  # The engine's fixed set is reserved in the run's bound, not taken from it.
+  assert ctx.programs.capacity == MAX_PROGRAMS + (1 + 2 * b) + (1 + w * b)
+  assert ctx.programs.evictions == 0
   got = engine.generate(params, prompts, keys, 12)
   assert len(ctx.programs) == compiled
   for a, b in zip(got, want):

@@ -37,7 +37,7 @@ def test_llama_8b_plan_matches_hand_arithmetic():
   assert p.rows["KV cache (sampling)"] == 2 * 2 * L * (256 // FSDP) * 4096 * (K // TP) * H
   # Activations (the documented estimate): tokens per device x per-token bytes.
   tokens = 16 * 4096 // FSDP
-  per_layer = 2 * 6 * D + 2 * (3 * N * H // TP + 3 * K * H // TP) + 2 * 4 * F // TP + 4 * N // TP
+  per_layer = 2 * 6 * D + 2 * (3 * N * H // TP + 3 * K * H // TP) + 2 * 6 * F // TP + 4 * N // TP
   assert p.rows["activations (policy step)"] == tokens * L * per_layer
   # Scoring by chunks of 1024 positions: one chunk's four fp32 [tokens x vocab] blocks.
   assert p.rows["scoring logits (policy step)"] == (16 // FSDP) * 1024 * 4 * 4 * V // TP
