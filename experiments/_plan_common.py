@@ -20,11 +20,11 @@ LONG = 131072  # the long-context cases: 128K tokens per sequence
 
 def plan_config(size: str, num_devices: int, mesh: dict, device_memory_gib: float,
                 train_batch: int, seq_len: int, sample_batch: int, sample_len: int,
-                arg: str, long_context: dict) -> ml_collections.ConfigDict:
+                arg: str, long_context: dict | None = None) -> ml_collections.ConfigDict:
   """The plan of ``size`` on ``mesh``; ``arg`` "128k": GRPO (no critic) at 128K
   tokens per sequence with the sequence axis used, on 80 GB devices, with
   ``long_context``'s num_devices, mesh, train_batch and sample_batch."""
-  if arg == "128k":
+  if arg == "128k" and long_context:
     return _long_context(plan_config(size, num_devices, mesh, device_memory_gib, train_batch,
                                      seq_len, sample_batch, sample_len, "", long_context),
                          **long_context)
@@ -45,7 +45,8 @@ def plan_config(size: str, num_devices: int, mesh: dict, device_memory_gib: floa
   if arg == "smoke":
     c.model.num_layers = 2  # planning allocates nothing; fewer layers only trace faster
   elif arg:
-    raise ValueError(f"Unknown plan argument '{arg}'; expected '', 'smoke' or '128k'.")
+    raise ValueError(f"Unknown plan argument '{arg}'; expected '', 'smoke'"
+                     + (" or '128k'." if long_context else "."))
   return c
 
 
