@@ -15,9 +15,9 @@ must stay within a few chunk x vocab fp32 blocks, whatever T is.
 Part 2: the memory plan (``rlpt.device.memory``, what ``launch.plan`` prints)
 against XLA's analysis of the same update for a reduced model at the
 long-context cases' tokens-to-vocabulary ratio (8K tokens, vocabulary 8,016 =
-128,256 / 16; 128K tokens against 128,256 in the plans). "trunk" in part 1 is
-the same update with a 256-entry vocabulary.: the plan's policy
+128,256 / 16; 128K tokens against 128,256 in the plans): the plan's policy
 step (parameters, Adam state, gradients, activations, scoring) over XLA's.
+"trunk" in part 1 is the same chunked update with a 256-entry vocabulary.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 import ml_collections
 
+from rlpt.config.rl_sections import LOGPROB_CHUNK
 from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, sequence_sharded
 
 # Llama-3-style shapes (vocab 128256, grouped-query attention with 8 KV heads).
@@ -40,7 +41,7 @@ def plan_config(size: str, num_devices: int, mesh: dict, device_memory_gib: floa
   c.sample_len = sample_len
   c.reference = True
   c.value_model = True
-  c.logprob_chunk = 1024
+  c.logprob_chunk = LOGPROB_CHUNK
   c.device_memory_gib = device_memory_gib
   if arg == "smoke":
     c.model.num_layers = 2  # planning allocates nothing; fewer layers only trace faster

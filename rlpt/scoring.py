@@ -5,7 +5,7 @@ update and its entropy) needs, per position, the log-probability of one
 target token under the sampling distribution, and sometimes that
 distribution's entropy: a few numbers per token. Forming the whole fp32
 logits [B, T, V] to get them costs 4 B T V bytes, the largest tensor of a
-long-context step at a real vocabulary (128K tokens x 128,256 entries: 66 GB,
+long-context step at a real vocabulary (128K tokens x 128,256 entries: 67 GB,
 twice that with the log-softmax). ``token_scores`` forms them ``chunk``
 positions at a time inside a loop, each chunk's output projection and
 log-softmax rematerialised in the backward pass, so the most any pass holds
@@ -68,14 +68,14 @@ def token_scores(head: Head, h_BxTxD: jax.Array, targets_BxT: jax.Array, samplin
   @jax.checkpoint
   def one(args):
     logp, ent = _scores(head, *args, sampling, entropy)
-    return logp, (jnp.zeros_like(logp) if ent is None else ent)
+    return (logp, ent) if entropy else logp
 
-  logp_NxBxC, ent_NxBxC = jax.lax.map(one, (h_NxBxCxD, targets_NxBxC))
+  out = jax.lax.map(one, (h_NxBxCxD, targets_NxBxC))
 
   def unchunk(x_NxBxC):
     return x_NxBxC.transpose(1, 2, 0).reshape(b, n * per)[:, :t]
 
-  return unchunk(logp_NxBxC), (unchunk(ent_NxBxC) if entropy else None)
+  return (unchunk(out[0]), unchunk(out[1])) if entropy else (unchunk(out), None)
 
 
 def _scores(head: Head, h_BxTxD, targets_BxT, sampling: SamplingParams, entropy: bool):

@@ -131,8 +131,8 @@ def scoring_bytes(cfg: ModelConfig, batch: int, seq_len: int, chunk: int, mesh,
   ``chunk`` = 0: the whole micro-batch's [tokens x vocab] blocks; else the
   passes score ``chunk`` positions per row at a time (rlpt.scoring) and hold
   one chunk's blocks, the chunk's positions split by the seq rule like the
-  sequence's. The vocabulary is split by its
-  rule; the hidden states the chunks read are the trunk's (``activation_bytes``).
+  sequence's. The vocabulary is split by its rule; the hidden states the
+  chunks read are the trunk's (``activation_bytes``).
   """
   chunked = 0 < chunk < seq_len
   tokens = _tokens_per_device(batch, chunk if chunked else seq_len, mesh, rules)
