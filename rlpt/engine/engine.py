@@ -16,6 +16,11 @@ and no slot is free, the longest-parked sequence is *released* (its slot
 freed); when it is extended later it waits for a slot and re-prefills its
 whole conversation (counted in ``stats["reprefill_tokens"]``).
 
+Shared prompts (``cfg.prompts`` rows): a sequence's leading tokens live in a
+prompt row that every sequence beginning alike reads (a GRPO group's G
+samples keep one copy; rlpt.engine.prompts keeps the book), and its slot
+holds only what follows.
+
 Each turn samples with its own key (``add``/``extend`` take it; callers
 derive it through ``rlpt.keys``): token i draws from ``fold_in(key, i)``, so
 a sequence's tokens do not depend on its slot or its neighbours. The weights
@@ -40,6 +45,7 @@ from rlpt.device import RunContext, SampledModel, check_batch, to_host
 from rlpt.keys import key_width
 from rlpt.config.engine import EngineConfig
 from rlpt.engine.programs import EnginePrograms
+from rlpt.engine.prompts import PromptRow, PromptRows
 from rlpt.sampling.logits import SamplingParams
 from rlpt.sampling.slots import Slots
 
@@ -67,6 +73,8 @@ class _Seq:
   logprobs: list = dataclasses.field(default_factory=list)
   versions: list = dataclasses.field(default_factory=list)
   prefilled: int = 0
+  plen: int = 0                      # leading tokens held by a shared prompt row
+  prompt: PromptRow | None = None
 
   @property
   def conversation(self) -> list[int]:
@@ -78,7 +86,8 @@ class Engine:
   """Continuous batching over ``cfg.slots`` slots; see the module docstring.
 
   ``stats``: prefill_tokens, shared_prefill_tokens (copied from an identical
-  prompt in the same prefill call, not computed), reprefill_tokens, decoded_tokens, slot_steps
+  prompt in the same prefill call, or found in a shared prompt row: not
+  computed), reprefill_tokens, decoded_tokens, slot_steps
   (rows x decode steps run), slot_positions (rows x steps x cache positions read), prefill_calls, decode_chunks, released, and
   step_s / device_s (wall time in ``step`` / waiting for the device: the rest
   is the host's scheduling).
@@ -93,10 +102,10 @@ class Engine:
     self.programs = EnginePrograms(ctx.programs, model.graphdef, model.model_cfg, cfg,
                                    model.shardings, (ctx.mesh, ctx.sample_rules))
     self._cache = self.programs.init()
-    s = cfg.slots
-    self._slots = Slots(np.full(s, pad, np.int32), np.zeros(s, np.int32), np.zeros(s, bool),
-                        np.zeros((s, key_width()), np.uint32), np.zeros(s, np.int32),
-                        np.zeros(s, np.int32))
+    self.prompt_rows = PromptRows(cfg.prompts, cfg.prompt_len)
+    s, zeros = cfg.slots, lambda: np.zeros(s, np.int32)
+    self._slots = Slots(np.full(s, pad, np.int32), zeros(), np.zeros(s, bool),
+                        np.zeros((s, key_width()), np.uint32), zeros(), zeros(), zeros(), zeros())
     self._owner: list[_Seq | None] = [None] * s
     self._seqs: dict[Hashable, _Seq] = {}
     self._waiting: collections.deque[_Seq] = collections.deque()
@@ -115,20 +124,22 @@ class Engine:
     if not len(prompt):
       raise ValueError(f"sequence {seq_id!r} has an empty prompt.")
     seq = _Seq(seq_id, [int(t) for t in prompt], np.asarray(key, np.uint32), 0)
-    seq.budget = self._budget(seq, max_new_tokens)
+    seq.plen = self.prompt_rows.length_of(seq.tokens)
+    seq.budget = self._budget(seq, len(seq.tokens), max_new_tokens)
     self._seqs[seq_id] = seq
     self._waiting.append(seq)
 
   def extend(self, seq_id: Hashable, observation: Sequence[int], key: np.ndarray,
              max_new_tokens: int) -> None:
     """The next turn of a parked sequence: ``observation`` appended, then sampled on."""
-    seq = self._parked.pop(seq_id, None)
+    seq = self._parked.get(seq_id)
     if seq is None:
       state = "unknown" if seq_id not in self._seqs else "not parked (its turn is running)"
       raise ValueError(f"cannot extend sequence {seq_id!r}: it is {state}.")
-    seq.tokens += [int(t) for t in observation]
-    seq.key = np.asarray(key, np.uint32)
-    seq.budget = self._budget(seq, max_new_tokens)
+    tokens = seq.tokens + [int(t) for t in observation]
+    seq.budget = self._budget(seq, len(tokens), max_new_tokens)   # may refuse: nothing changed
+    del self._parked[seq_id]
+    seq.tokens, seq.key = tokens, np.asarray(key, np.uint32)
     (self._prefilling if seq.slot is not None else self._waiting).append(seq)
 
   def finish(self, seq_id: Hashable) -> list[int]:
@@ -137,14 +148,19 @@ class Engine:
     if seq is None:
       raise ValueError(f"cannot finish sequence {seq_id!r}: it is not parked.")
     self._release(seq)
+    if seq.prompt is not None:
+      self.prompt_rows.release(seq.prompt)
     del self._seqs[seq_id]
     return seq.tokens
 
-  def _budget(self, seq: _Seq, max_new_tokens: int) -> int:
-    room = self.cfg.max_len - len(seq.tokens)
+  def _budget(self, seq: _Seq, n_tokens: int, max_new_tokens: int) -> int:
+    # A slot holds max_len - prompt_len positions after the prompt row's plen.
+    room = self.cfg.max_len - n_tokens - (self.cfg.prompt_tokens - seq.plen)
     if room < 1:
-      raise ValueError(f"sequence {seq.id!r} has {len(seq.tokens)} tokens; engine.max_len "
-                       f"{self.cfg.max_len} leaves no room to sample.")
+      shared = (f" (a slot holds the {self.cfg.max_len - self.cfg.prompt_tokens} positions after "
+                f"the {seq.plen} its prompt row holds)" if self.cfg.prompts else "")
+      raise ValueError(f"sequence {seq.id!r} has {n_tokens} tokens; engine.max_len "
+                       f"{self.cfg.max_len} leaves no room to sample{shared}.")
     return min(int(max_new_tokens), room)
 
   @property
@@ -184,28 +200,21 @@ class Engine:
   def warm_up(self, params, sampling: SamplingParams) -> None:
     """Runs every program once (each decode width, a prefill) without changing
     any sequence: compilation happens here, not in the first rounds."""
-    pr = self.programs
     idle = self._slots._replace(active=np.zeros_like(self._slots.active))
-    full, rows = pr.decoders(sampling, self.stop_ids, self._pad)
-    self._cache, _ = full(params, self._cache, pr.slots_in(idle))
-    for width in self.programs.widths:
-      for bound in self.programs.bounds:
-        if width < self.cfg.slots or bound < self.cfg.cache_len:
-          sub = Slots(*(x[:width] for x in idle))
-          index = np.full(width, self.cfg.slots, np.int32)
-          self._cache, _ = rows[bound](params, self._cache, pr.slots_in(sub), pr.rows_in(index))
-    rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
-    nowhere, zeros = pr.replicated_in(np.full(rows, self.cfg.slots, np.int32),
-                                      np.zeros(rows, np.int32))
-    for bound, prefill in pr.prefill.items():
-      self._cache = prefill(params, self._cache, nowhere,
-                            *pr.replicated_in(np.zeros((rows, c), np.int32)), zeros)
-      self._cache = pr.copy[bound](self._cache, zeros, nowhere)
+    self._cache = self.programs.run_each(params, self._cache, idle,
+                                         self.programs.decoders(sampling, self.stop_ids, self._pad))
     jax.block_until_ready(self._cache)
 
   def _admit(self) -> None:
+    """Waiting sequences into free slots (a parked one's if none is free),
+    each with its prompt row; one that finds no prompt row free waits on."""
     free = [s for s, o in enumerate(self._owner) if o is None]
-    while self._waiting:
+    for seq in list(self._waiting):
+      if seq.plen and seq.prompt is None:
+        seq.prompt, hit = self.prompt_rows.acquire(seq.tokens[:seq.plen])
+        if seq.prompt is None:
+          continue
+        self.stats["shared_prefill_tokens"] += seq.plen * hit
       if not free:
         victim = next((q for q in self._parked.values() if q.slot is not None), None)
         if victim is None:
@@ -213,9 +222,9 @@ class Engine:
         free.append(victim.slot)
         self._release(victim)
         self.stats["released"] += 1
-      seq = self._waiting.popleft()
+      self._waiting.remove(seq)
       seq.slot = free.pop(0)
-      seq.cached = 0
+      seq.cached = seq.plen
       self._owner[seq.slot] = seq
       self._prefilling.append(seq)
 
@@ -223,16 +232,17 @@ class Engine:
     """New weights: every held cache is to be recomputed from its first token.
     A decoding sequence leaves decoding until then and resumes where it was
     (its sampled tokens, key and budget kept)."""
+    self.stats["refresh_tokens"] += self.prompt_rows.refresh()
     for s, seq in enumerate(self._owner):
       if seq is None:
         continue
       if self._slots.active[s]:   # its cache holds every token but the pending one
         self._slots.active[s] = False
         self._prefilling.append(seq)
-        self.stats["refresh_tokens"] += len(seq.conversation) - 1
+        self.stats["refresh_tokens"] += len(seq.conversation) - 1 - seq.plen
       else:
-        self.stats["refresh_tokens"] += seq.cached
-      seq.cached, seq.prefilled = 0, 0
+        self.stats["refresh_tokens"] += seq.cached - seq.plen
+      seq.cached, seq.prefilled = seq.plen, 0
 
   def _release(self, seq: _Seq) -> None:
     if seq.slot is not None:
@@ -245,7 +255,8 @@ class Engine:
     """Prefill calls: one, or more while under half the slots decode (few to stall)."""
     calls = 0
     while True:
-      for seq in [q for q in self._prefilling if q.cached == len(q.conversation) - 1]:
+      for seq in [q for q in self._prefilling if q.cached == len(q.conversation) - 1
+                  and (q.prompt is None or q.prompt.complete)]:
         self._activate(seq)
       if not self._prefilling or (calls and 2 * self._slots.active.sum() >= self.cfg.slots):
         return
@@ -253,26 +264,39 @@ class Engine:
       calls += 1
 
   def _prefill_call(self, params) -> None:
-    """One prefill call over up to ``prefill_batch`` sequences; a sequence whose
-    tokens so far equal one in the call (a GRPO group's copies) is not
-    prefilled but copied from it afterwards."""
+    """One prefill call over up to ``prefill_batch`` prompt rows still to
+    cache, then one over up to ``prefill_batch`` sequences whose prompt row
+    is cached; a sequence whose tokens so far equal one in the call (a GRPO
+    group's copies) is not prefilled but copied from it afterwards."""
     rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
+    prompts = self.prompt_rows.pending()[:rows]
+    if prompts:
+      row_a = np.full(rows, self.cfg.prompts, np.int32)   # out of range: padding
+      tokens, start = np.zeros((rows, c), np.int32), np.zeros(rows, np.int32)
+      for i, r in enumerate(prompts):
+        end = min(r.cached + c, len(r.tokens))
+        row_a[i], start[i], tokens[i, :end - r.cached] = r.row, r.cached, r.tokens[r.cached:end]
+        self.stats["prefill_tokens"] += end - r.cached
+        r.cached = end
+      self._cache = self.programs.prefill_prompts(
+          params, self._cache, *self.programs.replicated_in(row_a, tokens, start))
     slot_a = np.full(rows, self.cfg.slots, np.int32)   # out of range: padding
     tokens = np.zeros((rows, c), np.int32)
-    start = np.zeros(rows, np.int32)
+    start, prow, plen = (np.zeros(rows, np.int32) for _ in range(3))
     first, copies, n = {}, [], 0
     for seq in list(self._prefilling):
       conv = seq.conversation
       end = min(seq.cached + c, len(conv) - 1)
-      if end == seq.cached:
+      if end == seq.cached or (seq.prompt is not None and not seq.prompt.complete):
         continue
-      same = (seq.cached, tuple(conv[:end]))
+      same = (seq.plen, seq.cached, tuple(conv[:end]))
       if same in first:
         copies.append((first[same], seq.slot))
         self.stats["shared_prefill_tokens"] += end - seq.cached
       elif n < rows:
         first[same] = seq.slot
-        slot_a[n], start[n] = seq.slot, seq.cached
+        slot_a[n], start[n], plen[n] = seq.slot, seq.cached, seq.plen
+        prow[n] = seq.prompt.row if seq.prompt is not None else 0
         tokens[n, :end - seq.cached] = conv[seq.cached:end]
         n += 1
         self.stats["prefill_tokens"] += end - seq.cached
@@ -281,22 +305,26 @@ class Engine:
       self.stats["reprefill_tokens"] += max(0, min(end, seq.prefilled) - seq.cached)
       seq.prefilled = max(seq.prefilled, end)
       seq.cached = end
-    bound = min(b for b in self.programs.bounds if b >= int(start[:n].max()) + c)
-    self._cache = self.programs.prefill[bound](params, self._cache,
-                                               *self.programs.replicated_in(slot_a, tokens, start))
+    self.stats["prefill_calls"] += 1
+    if not n:
+      return
+    bound = min(b for b in self.programs.bounds if b >= int((start - plen)[:n].max()) + c)
+    self._cache = self.programs.prefill[bound](
+        params, self._cache, *self.programs.replicated_in(slot_a, tokens, start, prow, plen))
     for i in range(0, len(copies), rows):
       src = np.full(rows, 0, np.int32)
       dst = np.full(rows, self.cfg.slots, np.int32)      # out of range: dropped
       part = np.asarray(copies[i:i + rows], np.int32)
       src[:len(part)], dst[:len(part)] = part[:, 0], part[:, 1]
       self._cache = self.programs.copy[bound](self._cache, *self.programs.replicated_in(src, dst))
-    self.stats["prefill_calls"] += 1
 
   def _activate(self, seq: _Seq) -> None:
     self._prefilling.remove(seq)
     s, sl, conv = seq.slot, self._slots, seq.conversation
     sl.pending[s], sl.position[s], sl.active[s] = conv[-1], len(conv) - 1, True
     sl.key[s], sl.count[s], sl.budget[s] = seq.key, len(seq.sampled), seq.budget
+    sl.prompt_row[s] = seq.prompt.row if seq.prompt is not None else 0
+    sl.prompt_len[s] = seq.plen
 
   def _decode(self, params, sampling: SamplingParams, version: int) -> list[Turn]:
     before = self._slots.count.copy()
@@ -318,35 +346,18 @@ class Engine:
         turns.append(self._end_turn(seq))
     return turns
 
-  def _plan(self, active: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
-    """(slots, width, bound) of each decode call of a chunk: one call over the
-    narrowest width and fewest positions that hold the active slots, or two
-    when splitting off the few rows that need many positions reads less. A
-    call's cost is taken as width x (bound + cache_len / 2), the second term
-    standing for a row's work that does not grow with its positions."""
-    k, bounds = self.cfg.chunk_steps, sorted(self.programs.bounds)
-    # The last position a row writes is position + k - 1; bound - 1 is its scratch.
-    level = np.searchsorted(bounds, self._slots.position[active] + k + 1)
-    width = lambda n: min(w for w in self.programs.widths if w >= n)
-    cost = lambda n, b: width(n) * (b + self.cfg.cache_len / 2)
-    top = int(level.max())
-    plan = [(active, width(len(active)), bounds[top])]
-    best = cost(len(active), bounds[top])
-    for cut in range(top):
-      low, high = active[level <= cut], active[level > cut]
-      split = cost(len(low), bounds[cut]) + cost(len(high), bounds[top]) if len(low) else best
-      if split < best:
-        plan, best = [(low, width(len(low)), bounds[cut]), (high, width(len(high)), bounds[top])], split
-    return plan
-
   def _decode_chunk(self, params, sampling) -> tuple[np.ndarray, np.ndarray]:
-    """One chunk (``_plan``'s calls); returns [S, k] tokens and log-probs
+    """One chunk (``EnginePrograms.plan``'s calls); returns [S, k] tokens and log-probs
     (pad and 0 for slots not run)."""
     sl, k, n_slots = self._slots, self.cfg.chunk_steps, self.cfg.slots
     full, rows = self.programs.decoders(sampling, self.stop_ids, self._pad)
     calls = []
     before = sl.count.copy()
-    for group, width, bound in self._plan(np.flatnonzero(sl.active)):
+    active = np.flatnonzero(sl.active)
+    # The last slot position a row writes is its position (less its shared
+    # prompt's) + k - 1; bound - 1 is its scratch.
+    last = sl.position[active] - sl.prompt_len[active] + k - 1
+    for group, width, bound in self.programs.plan(active, last):
       if width == n_slots and bound == self.cfg.cache_len:
         self._cache, emitted = full(params, self._cache, self.programs.slots_in(sl))
         calls.append((None, width, bound, emitted))

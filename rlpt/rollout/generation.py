@@ -80,8 +80,9 @@ class RolloutSampling:
     self.engine = None
     if cfg.engine.enabled:
       max_len = cfg.engine.max_len or ro.max_prompt_len + ro.max_new_tokens
-      self.engine = Engine(dataclasses.replace(cfg.engine, max_len=max_len, kv_int8=ro.kv_int8),
-                           ctx, model, (tokenizer.eos_id,))
+      prompt_len = cfg.engine.prompt_len or (ro.max_prompt_len - 1) * bool(cfg.engine.prompts)
+      self.engine = Engine(dataclasses.replace(cfg.engine, max_len=max_len, prompt_len=prompt_len,
+                                               kv_int8=ro.kv_int8), ctx, model, (tokenizer.eos_id,))
     if speculative.gamma:
       layouts = {False: FlatLayout(ro.kv_int8)}
       if self.group_generate_fns:

@@ -20,6 +20,11 @@ suffix slot j holds position prefix_len + j.
 Saving (fp32, per layer, per kv head): P * (G * (S_p + N) -> S_p + G * N)
 entries for prompt width S_p and N new tokens, and a prefill of P rows
 instead of P * G (a 16x smaller prefill for a group of 16).
+
+``StoredPrefixLayout`` is the same split for rows that are not laid out in
+groups (the continuous-batching engine's slots, rlpt.engine): each row names
+its prefix's row in a shared store, and one layer's prefix rows are gathered
+per step (a transient of one layer, not a cache of every layer).
 """
 
 from __future__ import annotations
@@ -71,16 +76,69 @@ class PrefixLayout:
   def attend(self, cache: PrefixCache, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
     b, t, n, h = q_BxTxNxH.shape
     p, g = cache.prefix_len_P.shape[0], self.group_size
-    plen_B = jnp.repeat(cache.prefix_len_P, g)
-    suffix = write_layer(cache.suffix, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0] - plen_B)
-    ks, vs = read_layer(suffix, layer)
-    key_pos_BxS = plen_B[:, None] + jnp.arange(vs.shape[2])[None, :]
-    o_suf, lse_suf = attention_with_lse(q_BxTxNxH, ks, vs,
-                                        key_pos_BxS[:, None, :] <= positions_BxT[:, :, None])
-    kp, vp = read_layer(cache.prefix, layer)
-    mask_PxQxS = jnp.broadcast_to(
-        jnp.arange(vp.shape[2])[None, None, :] < cache.prefix_len_P[:, None, None],
-        (p, g * t, vp.shape[2]))
-    o_pre, lse_pre = attention_with_lse(q_BxTxNxH.reshape(p, g * t, n, h), kp, vp, mask_PxQxS)
-    out = merge_attention(o_pre.reshape(b, t, n, h), lse_pre.reshape(b, t, n), o_suf, lse_suf)
+
+    def prefix():
+      kp, vp = read_layer(cache.prefix, layer)
+      mask_PxQxS = jnp.broadcast_to(
+          jnp.arange(vp.shape[2])[None, None, :] < cache.prefix_len_P[:, None, None],
+          (p, g * t, vp.shape[2]))
+      out, lse = attention_with_lse(q_BxTxNxH.reshape(p, g * t, n, h), kp, vp, mask_PxQxS)
+      return out.reshape(b, t, n, h), lse.reshape(b, t, n)
+
+    out, suffix = split_attention(cache.suffix, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH,
+                                  positions_BxT, jnp.repeat(cache.prefix_len_P, g), prefix)
     return out, cache._replace(suffix=suffix)
+
+
+def split_attention(suffix: AnyKV, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT,
+                    prefix_len_B, prefix_attention):
+  """Attention over a row's prefix and its own suffix, merged by log-sum-exp.
+
+  Writes the new keys/values into ``suffix`` (slot = position - prefix length),
+  attends over the suffix's positions up to each query's, and merges with
+  ``prefix_attention()`` -> (out, lse) over the prefix's keys. Returns (out,
+  suffix)."""
+  suffix = write_layer(suffix, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0] - prefix_len_B)
+  ks, vs = read_layer(suffix, layer)
+  key_pos_BxS = prefix_len_B[:, None] + jnp.arange(vs.shape[2])[None, :]
+  o_suf, lse_suf = attention_with_lse(q_BxTxNxH, ks, vs,
+                                      key_pos_BxS[:, None, :] <= positions_BxT[:, :, None])
+  o_pre, lse_pre = prefix_attention()
+  return merge_attention(o_pre, lse_pre, o_suf, lse_suf), suffix
+
+
+class StoredPrefix(NamedTuple):
+  """Rows that read their prefix from a store by index (the engine's shared
+  prompts): store: a cache of R prefix rows; row_B: the store row of each
+  row's prefix; len_B: its valid positions (0: no prefix); rows: each row's
+  own suffix cache (slot j = position len_B + j)."""
+
+  store: AnyKV
+  row_B: jax.Array
+  len_B: jax.Array
+  rows: AnyKV
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredPrefixLayout:
+  """Cache layout for rows whose prefixes live in a shared store, any row any
+  prefix (``StoredPrefix``): each step gathers one layer's prefix rows at a
+  time, so the store holds a prefix once however many rows read it."""
+
+  kv_int8: bool = False
+  group_size: int = 1
+
+  def attend(self, cache: StoredPrefix, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
+    b, t = q_BxTxNxH.shape[:2]
+
+    def prefix():
+      one = type(cache.store)(*((jnp.take(f[layer], cache.row_B, axis=0, mode="clip"),)
+                                for f in cache.store))
+      kp, vp = read_layer(one, 0)
+      mask_BxTxS = jnp.broadcast_to(
+          jnp.arange(vp.shape[2])[None, None, :] < cache.len_B[:, None, None], (b, t, vp.shape[2]))
+      return attention_with_lse(q_BxTxNxH, kp, vp, mask_BxTxS)
+
+    out, rows = split_attention(cache.rows, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH,
+                                positions_BxT, cache.len_B, prefix)
+    return out, cache._replace(rows=rows)

@@ -16,6 +16,13 @@ of one fixed shape:
   short ladder of each), so a chunk pays neither for idle slots nor for
   positions no active sequence has reached.
 
+Shared prompts: a ``SharedStore`` adds a store of R prompt rows to the S
+slot rows. A slot then holds only what follows its prompt row's positions
+(slot position j = sequence position ``prompt_len + j``) and reads the prompt
+from the store (``rlpt.sampling.prefix.StoredPrefixLayout``), so the G samples
+of one prompt keep one copy of its cache; ``prefill_prompts`` caches prompt
+rows. With a plain store every ``prompt_len`` is 0.
+
 Each slot samples with its own key: token i of a turn draws from
 ``fold_in(turn_key, i)``, and no row reads another, so a sequence's tokens do
 not depend on which slot it occupies or what shares the batch.
@@ -34,6 +41,7 @@ from flax import nnx
 
 from rlpt.sampling.fast import FlatLayout, cached_forward
 from rlpt.sampling.logits import SamplingParams, sample_token
+from rlpt.sampling.prefix import StoredPrefix
 from rlpt.sampling.quant import as_params
 
 
@@ -43,7 +51,9 @@ class Slots(NamedTuple):
   pending: the token fed at the next step (not yet cached); position: its
   position; active: sampling (a parked or free slot is not); key: the turn's
   key data [S, 2] uint32; count: tokens sampled in this turn (the fold-in
-  index of the next one); budget: tokens this turn may sample.
+  index of the next one); budget: tokens this turn may sample; prompt_row /
+  prompt_len: the shared prompt row the slot reads and its cached positions
+  (0 with a plain store).
   """
 
   pending: jax.Array
@@ -52,6 +62,32 @@ class Slots(NamedTuple):
   key: jax.Array
   count: jax.Array
   budget: jax.Array
+  prompt_row: jax.Array
+  prompt_len: jax.Array
+
+
+class SharedStore(NamedTuple):
+  """A KV store with shared prompts: ``prompts`` [R rows] and ``rows`` [S slots]
+  (each a KVCache or Int8KVCache)."""
+
+  prompts: object
+  rows: object
+
+
+def _rows(store):
+  """The per-slot part of a store (or of a StoredPrefix view)."""
+  return store.rows if isinstance(store, (SharedStore, StoredPrefix)) else store
+
+
+def _with_rows(store, rows):
+  return store._replace(rows=rows) if isinstance(store, SharedStore) else rows
+
+
+def _view(store, prompt_row, prompt_len):
+  """What the model attends over: the slots' rows, with their prompt rows when shared."""
+  if isinstance(store, SharedStore):
+    return StoredPrefix(store.prompts, prompt_row, prompt_len, store.rows)
+  return store
 
 
 class Emitted(NamedTuple):
@@ -73,7 +109,7 @@ def _sample_rows(keys, logits_SxV, sampling: SamplingParams):
   return jax.vmap(one)(keys, logits_SxV)
 
 
-def decode_steps(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slots: Slots,
+def decode_steps(graphdef: nnx.GraphDef, layout, params, cache, slots: Slots,
                  sampling: SamplingParams, steps: int, stop_ids: tuple[int, ...],
                  pad_id: int) -> tuple[object, Emitted]:
   """Up to ``steps`` decode steps over every slot (fewer once none is active:
@@ -90,20 +126,21 @@ def decode_steps(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
   params = as_params(params)
   stops = jnp.asarray(stop_ids, jnp.int32)
   n = slots.pending.shape[0]
-  scratch = cache.v[0].shape[2] - 1
+  scratch = _rows(cache).v[0].shape[2] - 1
 
   def body(carry):
     i, cache, s, toks, logps = carry
-    where = jnp.where(s.active, s.position, scratch)
-    logits, cache = cached_forward(graphdef, params, s.pending[:, None], where[:, None], cache,
-                                   layout)
+    where = jnp.where(s.active, s.position, scratch + s.prompt_len)
+    logits, view = cached_forward(graphdef, params, s.pending[:, None], where[:, None],
+                                  _view(cache, s.prompt_row, s.prompt_len), layout)
+    cache = _with_rows(cache, _rows(view))
     tok, logp = _sample_rows(_row_keys(s), logits[:, 0], sampling)
     tok = jnp.where(s.active, tok, pad_id)
     logp = jnp.where(s.active, logp, 0.0)
     count = s.count + s.active
     stopped = s.active & (jnp.isin(tok, stops) | (count >= s.budget))
-    s = Slots(jnp.where(s.active, tok, s.pending), s.position + s.active, s.active & ~stopped,
-              s.key, count, s.budget)
+    s = s._replace(pending=jnp.where(s.active, tok, s.pending), position=s.position + s.active,
+                   active=s.active & ~stopped, count=count)
     return i + 1, cache, s, toks.at[:, i].set(tok), logps.at[:, i].set(logp)
 
   def running(carry):
@@ -122,27 +159,32 @@ def _positions_axis(name: str) -> int:
   return 3 if name == "k" else 2
 
 
-def gather_rows(cache, slot_A: jax.Array, bound: int | None = None):
-  """The cache rows of slots ``slot_A`` (an out-of-range index reads the last
-  slot), their positions ``[0, bound)`` only when ``bound`` is given."""
+def gather_rows(store, slot_A: jax.Array, bound: int | None = None):
+  """The store with only the slot rows ``slot_A`` (an out-of-range index reads
+  the last slot), their positions ``[0, bound)`` only when ``bound`` is given
+  (shared prompt rows are kept whole)."""
+  cache = _rows(store)
   def take(name, x):
     x = jnp.take(x, slot_A, axis=0, mode="clip")
     return x if bound is None else jax.lax.slice_in_dim(x, 0, bound, axis=_positions_axis(name))
-  return type(cache)(*(tuple(take(n, x) for x in f) for n, f in zip(cache._fields, cache)))
+  return _with_rows(store, type(cache)(*(tuple(take(n, x) for x in f)
+                                         for n, f in zip(cache._fields, cache))))
 
 
-def scatter_rows(cache, slot_A: jax.Array, rows):
-  """``cache`` with ``rows`` (all positions, or the first ones) written back at
-  slots ``slot_A`` (an out-of-range index is dropped)."""
+def scatter_rows(store, slot_A: jax.Array, rows):
+  """``store`` with the slot rows of ``rows`` (a gathered store: all positions,
+  or the first ones) written back at slots ``slot_A`` (an out-of-range index
+  is dropped)."""
+  cache, rows = _rows(store), _rows(rows)
   def put(name, x, r):
     index = [slot_A] + [slice(None)] * (x.ndim - 1)
     index[_positions_axis(name)] = slice(0, r.shape[_positions_axis(name)])
     return x.at[tuple(index)].set(r, mode="drop")
-  return type(cache)(*(tuple(put(n, x, r) for x, r in zip(f, fr))
-                       for n, f, fr in zip(cache._fields, cache, rows)))
+  return _with_rows(store, type(cache)(*(tuple(put(n, x, r) for x, r in zip(f, fr))
+                                         for n, f, fr in zip(cache._fields, cache, rows))))
 
 
-def decode_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slots_W: Slots,
+def decode_rows(graphdef: nnx.GraphDef, layout, params, cache, slots_W: Slots,
                 slot_W: jax.Array, sampling: SamplingParams, steps: int,
                 stop_ids: tuple[int, ...], pad_id: int, bound: int) -> tuple[object, Emitted]:
   """``decode_steps`` over slots ``slot_W`` only (their state ``slots_W``) and
@@ -155,11 +197,14 @@ def decode_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slots
   return scatter_rows(cache, slot_W, rows), emitted
 
 
-def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot_A: jax.Array,
-                 tokens_AxC: jax.Array, start_A: jax.Array, bound: int | None = None):
-  """Caches ``tokens_AxC`` at positions ``start_A + [0, C)`` of slots ``slot_A``,
-  reading and writing their first ``bound`` positions only (the caller picks
-  it above every row's ``start + C``; None: all).
+def prefill_rows(graphdef: nnx.GraphDef, layout, params, cache, slot_A: jax.Array,
+                 tokens_AxC: jax.Array, start_A: jax.Array, prompt_row_A: jax.Array,
+                 prompt_len_A: jax.Array, bound: int | None = None):
+  """Caches ``tokens_AxC`` at positions ``start_A + [0, C)`` of slots ``slot_A``
+  (after their shared prompt rows ``prompt_row_A`` of ``prompt_len_A``
+  positions when the store has them), reading and writing their first
+  ``bound`` slot positions only (the caller picks it above every row's
+  ``start - prompt_len + C``; None: all).
 
   A row whose slot index is out of range (>= S) is padding: it is computed on
   a copy of slot S - 1 and written nowhere. Tokens past a row's real chunk may
@@ -169,9 +214,20 @@ def prefill_rows(graphdef: nnx.GraphDef, layout: FlatLayout, params, cache, slot
   params = as_params(params)
   c = tokens_AxC.shape[1]
   positions = start_A[:, None] + jnp.arange(c, dtype=jnp.int32)[None, :]
+  rows = gather_rows(cache, slot_A, bound)
   _, rows = cached_forward(graphdef, params, tokens_AxC, positions,
-                           gather_rows(cache, slot_A, bound), layout, with_logits=False)
+                           _view(rows, prompt_row_A, prompt_len_A), layout, with_logits=False)
   return scatter_rows(cache, slot_A, rows)
+
+
+def prefill_prompts(graphdef: nnx.GraphDef, layout: FlatLayout, params, store: SharedStore,
+                    row_A: jax.Array, tokens_AxC: jax.Array, start_A: jax.Array) -> SharedStore:
+  """Caches ``tokens_AxC`` at positions ``start_A + [0, C)`` of shared prompt
+  rows ``row_A`` (a prompt attends to itself only); out-of-range rows are padding."""
+  zeros = jnp.zeros_like(start_A)
+  prompts = prefill_rows(graphdef, layout, params, store.prompts, row_A, tokens_AxC, start_A,
+                         zeros, zeros)
+  return store._replace(prompts=prompts)
 
 
 def copy_rows(cache, src_A: jax.Array, dst_A: jax.Array, bound: int):

@@ -5,78 +5,30 @@ forward differ only by summation order, so 2e-5 absolute on log-probs (as in
 tests/sampling/test_sampler.py). Tokens are compared exactly.
 """
 
-import types
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
-from rlpt.device import MAX_PROGRAMS, ProgramPool, RunContext, SampledModel
-from rlpt.engine import Engine, EngineConfig
-from rlpt.keys import run_key
-from rlpt.models import ModelConfig, Transformer
+from rlpt.device import MAX_PROGRAMS
+from rlpt.engine import EngineConfig
 from rlpt.rollout import build_sequences
 from rlpt.sampling import Sampler, SamplingParams
-from rlpt.sharding import DEFAULT_RULES, SAMPLE_RULES, make_mesh, state_shardings
 from rlpt.steps import sequence_logprobs
-
-CFG = ModelConfig(vocab_size=40, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                  head_dim=8, mlp_dim=48)
-PAD, BOS, EOS = 37, 38, 39
-ATOL = 2e-5
+from tests.engine._util import (ATOL, BOS, CFG, EOS, PAD, engine_for, make_model, play_episodes,
+                                random_prompts, turn_keys)
 
 
 @pytest.fixture(scope="module")
 def model():
-  return nnx.split(Transformer(CFG, nnx.Rngs(0)))
-
-
-def _engine(model, sampling=SamplingParams(1.0), stop=(EOS,), devices=None, **kw):
-  graphdef, params = model
-  mesh = make_mesh({"data": -1}, devices)
-  ctx = RunContext(mesh, DEFAULT_RULES, SAMPLE_RULES, 0, types.SimpleNamespace(pad_id=PAD),
-                   ProgramPool())
-  sampled = SampledModel(CFG, graphdef, state_shardings(params, mesh, SAMPLE_RULES))
-  cfg = dict(slots=8, max_len=48, chunk_steps=4, prefill_len=8) | kw
-  return _Bound(Engine(EngineConfig(**cfg), ctx, sampled, stop), sampling), ctx
-
-
-class _Bound:
-  """An engine with one sampling mode, as the tests use it."""
-
-  def __init__(self, engine, sampling):
-    self.engine, self.sampling = engine, sampling
-
-  def __getattr__(self, name):
-    return getattr(self.engine, name)
-
-  def generate(self, params, *args, **kw):
-    return self.engine.generate(params, self.sampling, *args, **kw)
-
-  def step(self, params, version=0):
-    return self.engine.step(params, self.sampling, version)
-
-  def warm_up(self, params):
-    return self.engine.warm_up(params, self.sampling)
-
-
-def _prompts(n, seed, longest=15):
-  rng = np.random.default_rng(seed)
-  return [[BOS] + rng.integers(0, 30, size=k).tolist() for k in rng.integers(0, longest, size=n)]
-
-
-def _keys(n, turn=0):
-  return np.stack([np.asarray(jax.random.key_data(run_key(0, "rollout", 1, 0, i, turn)))
-                   for i in range(n)])
+  return make_model()
 
 
 def test_greedy_equals_the_static_sampler(model):
   graphdef, params = model
-  engine, ctx = _engine(model, SamplingParams(0.0))
-  prompts = _prompts(20, seed=0)      # more sequences than slots: slots are reused
-  turns = engine.generate(params, prompts, _keys(20), 10)
+  engine, ctx = engine_for(model, SamplingParams(0.0))
+  prompts = random_prompts(20, seed=0)      # more sequences than slots: slots are reused
+  turns = engine.generate(params, prompts, turn_keys(20), 10)
   ids = np.full((20, 16), PAD, np.int32)
   for i, p in enumerate(prompts):
     ids[i, :len(p)] = p
@@ -93,17 +45,22 @@ def test_greedy_equals_the_static_sampler(model):
   assert len(ctx.programs) <= 1 + 2 * 3 + 3
 
 
-@pytest.mark.parametrize("sampling", [
-    SamplingParams(1.0),
-    SamplingParams(0.7, top_p=0.9),
-    SamplingParams(1.3, top_k=7),
-    SamplingParams(0.8, top_k=10, top_p=0.8),
+SHARED_PROMPTS = dict(prompts=3, prompt_len=6)
+
+
+@pytest.mark.parametrize("sampling,store", [
+    (SamplingParams(1.0), {}),
+    (SamplingParams(0.7, top_p=0.9), {}),
+    (SamplingParams(1.3, top_k=7), {}),
+    (SamplingParams(0.8, top_k=10, top_p=0.8), {}),
+    (SamplingParams(1.0), SHARED_PROMPTS),
+    (SamplingParams(0.8, top_k=10, top_p=0.8), SHARED_PROMPTS),
 ])
-def test_logprobs_equal_the_trainers(model, sampling):
+def test_logprobs_equal_the_trainers(model, sampling, store):
   graphdef, params = model
-  engine, _ = _engine(model, sampling)
-  prompts = _prompts(12, seed=1)
-  turns = engine.generate(params, prompts, _keys(12), 12)
+  engine, _ = engine_for(model, sampling, **store)
+  prompts = random_prompts(12, seed=1)
+  turns = engine.generate(params, prompts, turn_keys(12), 12)
   width = max(map(len, prompts))
   ids = np.full((12, width), PAD, np.int32)
   for i, p in enumerate(prompts):
@@ -124,12 +81,12 @@ def test_a_sequences_tokens_do_not_depend_on_its_neighbours(model):
   """Alone, among others in different orders (other slots), with other slot
   counts and chunk sizes: the same tokens (log-probs to fp32 rounding)."""
   _, params = model
-  prompts, keys = _prompts(24, seed=2), _keys(24)
-  alone = [_engine(model)[0].generate(params, [prompts[i]], keys[i:i + 1], 16)[0] for i in (0, 5)]
+  prompts, keys = random_prompts(24, seed=2), turn_keys(24)
+  alone = [engine_for(model)[0].generate(params, [prompts[i]], keys[i:i + 1], 16)[0] for i in (0, 5)]
   runs = []
   for kw, order in (({}, range(24)), ({"slots": 16}, range(23, -1, -1)),
                     ({"chunk_steps": 7}, np.random.default_rng(0).permutation(24))):
-    engine, _ = _engine(model, **kw)
+    engine, _ = engine_for(model, **kw)
     out = engine.generate(params, [prompts[i] for i in order], keys[list(order)], 16)
     runs.append({int(i): t for i, t in zip(order, out)})
   for run in runs:
@@ -144,9 +101,9 @@ def test_narrow_decode_widths_sample_the_same_tokens(model):
   """On one device the widths are 8, 4, 2, 1 slots: a draining engine decodes
   its last sequences in narrower programs, with the same tokens."""
   _, params = model
-  prompts, keys = _prompts(20, seed=5), _keys(20)
-  wide, _ = _engine(model)
-  narrow, ctx = _engine(model, devices=jax.devices()[:1])
+  prompts, keys = random_prompts(20, seed=5), turn_keys(20)
+  wide, _ = engine_for(model)
+  narrow, ctx = engine_for(model, devices=jax.devices()[:1])
   assert narrow.programs.widths == (8, 4, 2, 1)
   want = wide.generate(params, prompts, keys, 16)
   got = narrow.generate(params, prompts, keys, 16)
@@ -157,35 +114,11 @@ def test_narrow_decode_widths_sample_the_same_tokens(model):
   assert len(ctx.programs) <= 1 + 2 * 3 + 4 * 3
 
 
-def _episodes(engine, params, prompts, turns, obs_len=3, latency=0):
-  """Plays ``turns`` turns of each prompt; observation t of episode i is fixed
-  and arrives ``latency`` engine steps after its turn ended."""
-  n = len(prompts)
-  for i, p in enumerate(prompts):
-    engine.add(i, p, _keys(n, 0)[i], 6)
-  done, sampled, convs, arriving = {i: 0 for i in range(n)}, {i: [] for i in range(n)}, {}, []
-  while engine.running or arriving:
-    for t in engine.step(params):
-      sampled[t.seq].append(t.tokens)
-      done[t.seq] += 1
-      if done[t.seq] == turns:
-        convs[t.seq] = engine.finish(t.seq)
-      else:
-        obs = [(t.seq * 7 + done[t.seq] * 3 + k) % 30 for k in range(obs_len)]
-        arriving.append([latency, t.seq, obs, _keys(n, done[t.seq])[t.seq]])
-    for a in [a for a in arriving if a[0] == 0]:
-      arriving.remove(a)
-      engine.extend(a[1], a[2], a[3], 6)
-    for a in arriving:
-      a[0] -= 1
-  return sampled, convs
-
-
 def test_multi_turn_caches_only_the_new_tokens(model):
   _, params = model
-  prompts = _prompts(6, seed=3, longest=8)
-  engine, _ = _engine(model, slots=8)
-  sampled, convs = _episodes(engine, params, prompts, turns=3)
+  prompts = random_prompts(6, seed=3, longest=8)
+  engine, _ = engine_for(model, slots=8)
+  sampled, convs = play_episodes(engine, params, prompts, turns=3)
   # Prefill feeds each prompt and observation token once (the last of each
   # enters as the pending token of a decode step; a chunk equal to another
   # sequence's in the same call is copied): with the sampled tokens, the
@@ -197,18 +130,18 @@ def test_multi_turn_caches_only_the_new_tokens(model):
   for i in range(6):
     conv = convs[i]
     cut = len(prompts[i]) + len(sampled[i][0]) + 3
-    fresh, _ = _engine(model)
-    again = fresh.generate(params, [conv[:cut]], _keys(6, 1)[i:i + 1], 6)[0]
+    fresh, _ = engine_for(model)
+    again = fresh.generate(params, [conv[:cut]], turn_keys(6, 1)[i:i + 1], 6)[0]
     np.testing.assert_array_equal(again.tokens, sampled[i][1])
 
 
 def test_scarce_slots_release_parked_episodes_and_replay_them(model):
   _, params = model
-  prompts = _prompts(16, seed=4, longest=8)
-  roomy, _ = _engine(model, slots=16)
-  want, _ = _episodes(roomy, params, prompts, turns=3)
-  tight, ctx = _engine(model, slots=8)
-  got, _ = _episodes(tight, params, prompts, turns=3, latency=3)
+  prompts = random_prompts(16, seed=4, longest=8)
+  roomy, _ = engine_for(model, slots=16)
+  want, _ = play_episodes(roomy, params, prompts, turns=3)
+  tight, ctx = engine_for(model, slots=8)
+  got, _ = play_episodes(tight, params, prompts, turns=3, latency=3)
   assert tight.stats["released"] > 0 and tight.stats["reprefill_tokens"] > 0
   for i in range(16):
     for a, b in zip(got[i], want[i]):
@@ -218,8 +151,8 @@ def test_scarce_slots_release_parked_episodes_and_replay_them(model):
 
 def test_turns_record_the_policy_version_of_each_token(model):
   graphdef, params = model
-  engine, _ = _engine(model, chunk_steps=2)
-  engine.add("a", [BOS, 1, 2], _keys(1)[0], 5)
+  engine, _ = engine_for(model, chunk_steps=2)
+  engine.add("a", [BOS, 1, 2], turn_keys(1)[0], 5)
   seen = []
   for version in range(10):
     seen += engine.step(params, version)
@@ -229,23 +162,25 @@ def test_turns_record_the_policy_version_of_each_token(model):
   assert list(turn.versions) == [i // 2 for i in range(len(turn.tokens))]
 
 
-def test_new_weights_recompute_every_held_cache(model):
+@pytest.mark.parametrize("store", [{}, SHARED_PROMPTS])
+def test_new_weights_recompute_every_held_cache(model, store):
   """Weights change after two rounds: sequences decoding, prefilling and parked
-  then hold caches of the old weights, which are recomputed, so every token's
-  log-prob is the trainer's under the weights of the version it records."""
+  (and shared prompt rows) then hold caches of the old weights, which are
+  recomputed, so every token's log-prob is the trainer's under the weights of
+  the version it records."""
   graphdef, params = model
   weights = {0: params, 1: jax.tree.map(lambda x: x * 1.5, params)}
-  engine, _ = _engine(model, chunk_steps=2)        # 8 slots, 10 sequences: some wait
+  engine, _ = engine_for(model, chunk_steps=2, **store)   # 8 slots, 10 sequences: some wait
   n = 10
-  prompts = _prompts(n, seed=4)
+  prompts = random_prompts(n, seed=4)
   for i, p in enumerate(prompts):
-    engine.add(i, p, _keys(n)[i], 6)
+    engine.add(i, p, turn_keys(n)[i], 6)
   convs = {i: list(p) for i, p in enumerate(prompts)}
   sampled = {i: [] for i in range(n)}    # (position, log-prob, version) of each token
   turns, parked, rnd = dict.fromkeys(range(n), 0), [], 0
   while engine.running or parked:
     for i in parked:                     # extended a round after their turn ended
-      engine.extend(i, [3, 4], _keys(n, 1)[i], 6)
+      engine.extend(i, [3, 4], turn_keys(n, 1)[i], 6)
       convs[i] += [3, 4]
     parked = []
     version = int(rnd >= 2)
@@ -276,25 +211,25 @@ def test_new_weights_recompute_every_held_cache(model):
 
 def test_mistakes_are_named(model):
   _, params = model
-  engine, _ = _engine(model)
-  engine.add("a", [BOS, 1], _keys(1)[0], 4)
+  engine, _ = engine_for(model)
+  engine.add("a", [BOS, 1], turn_keys(1)[0], 4)
   with pytest.raises(ValueError, match="sequence 'a' is already in the engine"):
-    engine.add("a", [BOS], _keys(1)[0], 4)
+    engine.add("a", [BOS], turn_keys(1)[0], 4)
   with pytest.raises(ValueError, match="sequence 'b' has 48 tokens; engine.max_len 48"):
-    engine.add("b", [BOS] * 48, _keys(1)[0], 4)
+    engine.add("b", [BOS] * 48, turn_keys(1)[0], 4)
   with pytest.raises(ValueError, match="cannot extend sequence 'a': it is not parked"):
-    engine.extend("a", [1], _keys(1)[0], 4)
+    engine.extend("a", [1], turn_keys(1)[0], 4)
   with pytest.raises(ValueError, match="cannot extend sequence 'z': it is unknown"):
-    engine.extend("z", [1], _keys(1)[0], 4)
+    engine.extend("z", [1], turn_keys(1)[0], 4)
   with pytest.raises(ValueError, match="engine.prefill_rows must be in"):
     EngineConfig(slots=4, prefill_rows=5)
 
 
 def test_warm_up_compiles_every_program_and_changes_nothing(model):
   _, params = model
-  prompts, keys = _prompts(12, seed=6), _keys(12)
-  want = _engine(model, devices=jax.devices()[:1])[0].generate(params, prompts, keys, 12)
-  engine, ctx = _engine(model, devices=jax.devices()[:1])
+  prompts, keys = random_prompts(12, seed=6), turn_keys(12)
+  want = engine_for(model, devices=jax.devices()[:1])[0].generate(params, prompts, keys, 12)
+  engine, ctx = engine_for(model, devices=jax.devices()[:1])
   engine.warm_up(params)
   compiled = len(ctx.programs)
   w, b = len(engine.programs.widths), len(engine.programs.bounds)
@@ -323,13 +258,13 @@ def test_a_groups_prompt_is_prefilled_once_with_the_same_tokens(model):
   are computed once and copied to its group's other slots; every sample draws
   the tokens it draws in an engine of its own."""
   _, params = model
-  prompts = [p for p in _prompts(3, seed=7, longest=20) for _ in range(4)]
-  keys = _keys(12)
-  engine, _ = _engine(model, prefill_len=8)
+  prompts = [p for p in random_prompts(3, seed=7, longest=20) for _ in range(4)]
+  keys = turn_keys(12)
+  engine, _ = engine_for(model, prefill_len=8)
   got = engine.generate(params, prompts, keys, 10)
   shared, computed = engine.stats["shared_prefill_tokens"], engine.stats["prefill_tokens"]
   assert shared == 3 * computed and computed == sum(len(p) - 1 for p in prompts[::4])
   for i in (0, 5, 11):
-    alone = _engine(model, prefill_len=8)[0].generate(params, [prompts[i]], keys[i:i + 1], 10)[0]
+    alone = engine_for(model, prefill_len=8)[0].generate(params, [prompts[i]], keys[i:i + 1], 10)[0]
     np.testing.assert_array_equal(got[i].tokens, alone.tokens)
     np.testing.assert_allclose(got[i].logprobs, alone.logprobs, atol=ATOL, rtol=0)
