@@ -63,6 +63,10 @@ class TrainConfig:
                                        ("rollout.weights_int8", ro.weights_int8)) if on]
       _require(not refused, f"engine.enabled does not run {', '.join(refused)} yet (the static "
                "sampler does): turn one off.")
+      _require(not (self.engine.prompts and ro.max_turns > 1),
+               f"engine.prompts={self.engine.prompts} shares single-turn prompts: a slot holds "
+               f"the max_len - prompt_len positions after its prompt row, which a conversation "
+               f"of rollout.max_turns={ro.max_turns} turns may outgrow; set engine.prompts=0.")
     for check in CONFIG_CHECKS.values():  # e.g. the curriculum's strategy, params and weights
       try:
         check(self)

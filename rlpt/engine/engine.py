@@ -1,13 +1,12 @@
 """A continuous-batching generation engine inside the trainer's own program.
 
-``Engine`` keeps a fixed number of decode slots over one KV store (one row of
-``max_len + prefill_len`` positions per slot; rlpt.sampling.slots). Sequences
-wait in a queue; between decode chunks the host admits waiting sequences into
-free slots, caches their prompts a chunk of ``prefill_len`` tokens at a time
-(one prefill call per round once half the slots decode, so a long prompt
-never stalls the decoding slots), and collects the turns that stopped. A decode chunk is
-``chunk_steps`` steps in one compiled loop. The engine compiles two programs
-(decode, prefill) plus its store's initialiser, whatever the workload.
+``Engine`` keeps a fixed number of decode slots over one KV store (a row per
+slot; rlpt.sampling.slots). Sequences wait in a queue; between decode chunks
+(``chunk_steps`` steps in one compiled loop) the host admits waiting
+sequences into free slots, caches their prompts ``prefill_len`` tokens at a
+time (one prefill call per round once half the slots decode, so a long
+prompt never stalls them), and collects the turns that stopped. Its programs
+are a fixed set whatever the workload (rlpt.engine.programs).
 
 Multi-turn: a sequence whose turn stopped is *parked* in its slot with its
 cache; ``extend`` appends the environment's observation, which is cached by
@@ -34,9 +33,8 @@ before the next token, so each token is sampled by exactly one policy
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
-from typing import Hashable, NamedTuple, Sequence
+from typing import Hashable, Sequence
 
 import jax
 import numpy as np
@@ -45,41 +43,10 @@ from rlpt.device import RunContext, SampledModel, check_batch, to_host
 from rlpt.keys import key_width
 from rlpt.config.engine import EngineConfig
 from rlpt.engine.programs import EnginePrograms
-from rlpt.engine.prompts import PromptRow, PromptRows
+from rlpt.engine.prompts import PromptRows
+from rlpt.engine.sequence import SeqState, Turn
 from rlpt.sampling.logits import SamplingParams
 from rlpt.sampling.slots import Slots
-
-
-class Turn(NamedTuple):
-  """One sampled turn: its tokens and log-probs, the policy version of each
-  token, and whether it ended on a stop token (else on its budget)."""
-
-  seq: Hashable
-  tokens: np.ndarray
-  logprobs: np.ndarray
-  versions: np.ndarray
-  stopped: bool
-
-
-@dataclasses.dataclass
-class _Seq:
-  id: Hashable
-  tokens: list[int]          # the conversation; its last token is pending, not cached
-  key: np.ndarray
-  budget: int
-  slot: int | None = None
-  cached: int = 0
-  sampled: list = dataclasses.field(default_factory=list)
-  logprobs: list = dataclasses.field(default_factory=list)
-  versions: list = dataclasses.field(default_factory=list)
-  prefilled: int = 0
-  plen: int = 0                      # leading tokens held by a shared prompt row
-  prompt: PromptRow | None = None
-
-  @property
-  def conversation(self) -> list[int]:
-    """Every token so far, this turn's sampled ones included; the last is pending."""
-    return self.tokens + self.sampled if self.sampled else self.tokens
 
 
 class Engine:
@@ -106,11 +73,11 @@ class Engine:
     s, zeros = cfg.slots, lambda: np.zeros(s, np.int32)
     self._slots = Slots(np.full(s, pad, np.int32), zeros(), np.zeros(s, bool),
                         np.zeros((s, key_width()), np.uint32), zeros(), zeros(), zeros(), zeros())
-    self._owner: list[_Seq | None] = [None] * s
-    self._seqs: dict[Hashable, _Seq] = {}
-    self._waiting: collections.deque[_Seq] = collections.deque()
-    self._prefilling: list[_Seq] = []
-    self._parked: dict[Hashable, _Seq] = {}     # in parking order
+    self._owner: list[SeqState | None] = [None] * s
+    self._seqs: dict[Hashable, SeqState] = {}
+    self._waiting: collections.deque[SeqState] = collections.deque()
+    self._prefilling: list[SeqState] = []
+    self._parked: dict[Hashable, SeqState] = {}     # in parking order
     self._version: int | None = None            # of the weights the caches hold
     self.stats = collections.Counter()
 
@@ -123,7 +90,7 @@ class Engine:
       raise ValueError(f"sequence {seq_id!r} is already in the engine.")
     if not len(prompt):
       raise ValueError(f"sequence {seq_id!r} has an empty prompt.")
-    seq = _Seq(seq_id, [int(t) for t in prompt], np.asarray(key, np.uint32), 0)
+    seq = SeqState(seq_id, [int(t) for t in prompt], np.asarray(key, np.uint32), 0)
     seq.plen = self.prompt_rows.length_of(seq.tokens)
     seq.budget = self._budget(seq, len(seq.tokens), max_new_tokens)
     self._seqs[seq_id] = seq
@@ -153,7 +120,7 @@ class Engine:
     del self._seqs[seq_id]
     return seq.tokens
 
-  def _budget(self, seq: _Seq, n_tokens: int, max_new_tokens: int) -> int:
+  def _budget(self, seq: SeqState, n_tokens: int, max_new_tokens: int) -> int:
     # A slot holds max_len - prompt_len positions after the prompt row's plen.
     room = self.cfg.max_len - n_tokens - (self.cfg.prompt_tokens - seq.plen)
     if room < 1:
@@ -168,7 +135,11 @@ class Engine:
     """Sequences waiting, prefilling or decoding (not parked)."""
     return len(self._seqs) - len(self._parked)
 
-  # ------------------------------------------------------------------ rounds
+  @property
+  def store_bytes(self) -> int:
+    """Bytes of the KV store (slot rows and shared prompt rows)."""
+    return sum(x.nbytes for x in jax.tree.leaves(self._cache))
+
 
   def step(self, params, sampling: SamplingParams, version: int = 0) -> list[Turn]:
     """One round: admit, one prefill call (more while nothing decodes), one
@@ -244,7 +215,7 @@ class Engine:
         self.stats["refresh_tokens"] += seq.cached - seq.plen
       seq.cached, seq.prefilled = seq.plen, 0
 
-  def _release(self, seq: _Seq) -> None:
+  def _release(self, seq: SeqState) -> None:
     if seq.slot is not None:
       self._owner[seq.slot] = None
       self._slots.active[seq.slot] = False
@@ -318,7 +289,7 @@ class Engine:
       src[:len(part)], dst[:len(part)] = part[:, 0], part[:, 1]
       self._cache = self.programs.copy[bound](self._cache, *self.programs.replicated_in(src, dst))
 
-  def _activate(self, seq: _Seq) -> None:
+  def _activate(self, seq: SeqState) -> None:
     self._prefilling.remove(seq)
     s, sl, conv = seq.slot, self._slots, seq.conversation
     sl.pending[s], sl.position[s], sl.active[s] = conv[-1], len(conv) - 1, True
@@ -387,7 +358,7 @@ class Engine:
       self.stats["slot_positions"] += width * steps * bound
     return tokens, logprobs
 
-  def _end_turn(self, seq: _Seq) -> Turn:
+  def _end_turn(self, seq: SeqState) -> Turn:
     seq.tokens += seq.sampled
     seq.cached = len(seq.tokens) - 1
     seq.prefilled = max(seq.prefilled, seq.cached)

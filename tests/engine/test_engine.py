@@ -249,6 +249,10 @@ def test_the_engine_refuses_what_it_does_not_run_by_name():
                                         "rollout.weights_int8 yet"):
     from_config_dict(TrainConfig, {"engine": {"enabled": True}, "speculative": {"gamma": 4},
                                    "rollout": {"weights_int8": True}})
+  with pytest.raises(ConfigError, match="engine.prompts=4 shares single-turn prompts: .* "
+                                        "rollout.max_turns=3 turns may outgrow"):
+    from_config_dict(TrainConfig, {"engine": {"enabled": True, "prompts": 4},
+                                   "rollout": {"max_turns": 3}})
   with pytest.raises(ConfigError, match="engine.slots must be >= 1, got 0"):
     from_config_dict(TrainConfig, {"engine": {"slots": 0}})
 
