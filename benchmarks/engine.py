@@ -35,11 +35,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from benchmarks.engine_model import BOS, PAD, random_model  # noqa: E402
+from benchmarks.engine_model import BOS, PAD, random_model, stop_ids, turn_keys  # noqa: E402
 
 _SEQS = flags.DEFINE_integer("sequences", 256, "Long-tail sequences.")
 _SLOTS = flags.DEFINE_integer("slots", 64, "Engine slots (and the static sampler's batch).")
@@ -52,31 +51,6 @@ _TEMP = flags.DEFINE_float("temperature", 10.0, "Sampling temperature of both pa
 def _prompts(n, seed=0):
   rng = np.random.default_rng(seed)
   return [[BOS] + rng.integers(0, 256, size=k - 1).tolist() for k in rng.integers(8, 65, size=n)]
-
-
-def _keys(n, purpose=0):
-  from rlpt.keys import run_key
-  return np.stack([np.asarray(jax.random.key_data(run_key(purpose, "rollout", 1, 0, i)))
-                   for i in range(n)])
-
-
-def _stop_ids(engine_fn, params, prompts, keys, mean_len):
-  """Tokens whose summed frequency in a stop-free probe is about 1 / mean_len,
-  taken in a fixed random order (many rare tokens rather than one frequent
-  one: a random model's frequent tokens cluster in a few sequences)."""
-  probe = engine_fn(())
-  turns = probe.generate(params, prompts[:64], keys[:64], 64)
-  counts = np.bincount(np.concatenate([t.tokens for t in turns]), minlength=256)[:256]
-  freq = counts / counts.sum()
-  stops, mass = [], 0.0
-  for tok in np.random.default_rng(0).permutation(256):
-    if mass + freq[tok] > 1.0 / mean_len * 1.15 or freq[tok] > 0.25 / mean_len:
-      continue
-    stops.append(int(tok))
-    mass += freq[tok]
-    if mass >= 1.0 / mean_len * 0.9:
-      break
-  return tuple(stops), mass
 
 
 def _static(graphdef, cfg, params, prompts, keys, stops, slots, new_tokens):
@@ -141,8 +115,8 @@ def main(_):
     engine.warm_up = lambda params: warm_up(params, sampling)
     return engine
 
-  prompts, keys = _prompts(_SEQS.value), _keys(_SEQS.value)
-  chosen, mass = _stop_ids(make, params, prompts, _keys(64, 1), _MEAN.value)
+  prompts, keys = _prompts(_SEQS.value), turn_keys(_SEQS.value)
+  chosen, mass = stop_ids(make, params, prompts, turn_keys(64, 1), _MEAN.value)
   turns, e_wall, engine = _engine_run(make, params, prompts, keys, new)
   lengths = np.array([len(t.tokens) for t in turns])
   useful = int(lengths.sum())

@@ -1,6 +1,6 @@
 r"""GRPO groups on the engine: private cache rows against shared prompt rows.
 
-    python benchmarks/engine_groups.py [--prompts=16] [--group=8] [--prompt_len=512]
+    python benchmarks/engine_groups.py [--prompts=32] [--rows=16] [--group=8] [--prompt_len=512]
         [--new_tokens=128] [--mean_len=48] [--slots=64] [--width=4]
 
 ``prompts`` random prompts of ``prompt_len`` tokens, each sampled ``group``
@@ -10,8 +10,8 @@ on the same sequences and keys:
 
 * private: ``slots`` slots, each caching its whole sequence (max_len
   prompt_len + new_tokens);
-* shared: the same slots over ``engine.prompts = prompts`` shared prompt
-  rows; a slot holds only the positions after its prompt;
+* shared: the same slots and ``rows`` shared prompt rows (engine.prompts); a
+  slot holds only the positions after its prompt;
 * shared, same memory: as many slots as fit in the private store's bytes
   (rounded down to a multiple of 8).
 
@@ -27,14 +27,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from benchmarks.engine import _keys, _stop_ids  # noqa: E402
-from benchmarks.engine_model import BOS, random_model  # noqa: E402
+from benchmarks.engine_model import BOS, random_model, stop_ids, turn_keys  # noqa: E402
 
-_PROMPTS = flags.DEFINE_integer("prompts", 16, "Distinct prompts (groups).")
+_PROMPTS = flags.DEFINE_integer("prompts", 32, "Distinct prompts (groups).")
+_ROWS = flags.DEFINE_integer("rows", 16, "Shared prompt rows (engine.prompts).")
 _GROUP = flags.DEFINE_integer("group", 8, "Samples per prompt.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 512, "Tokens per prompt.")
 _NEW = flags.DEFINE_integer("new_tokens", 128, "Most tokens a sequence may sample.")
@@ -54,7 +53,7 @@ def main(_):
   rng = np.random.default_rng(0)
   distinct = [[BOS] + rng.integers(0, 256, size=plen - 1).tolist() for _ in range(n)]
   prompts = [p for p in distinct for _ in range(g)]
-  keys = _keys(len(prompts))
+  keys = turn_keys(len(prompts))
   sampling = SamplingParams(_TEMP.value)
   private = EngineConfig(slots=_SLOTS.value, max_len=plen + new)
 
@@ -69,12 +68,12 @@ def main(_):
     return engine
 
   short = [p[:64] for p in distinct]
-  stops, mass = _stop_ids(probe, params, (short * 64)[:64], _keys(64, 1), _MEAN.value)
-  shared = EngineConfig(slots=_SLOTS.value, max_len=plen + new, prompts=n, prompt_len=plen - 1)
-  per_slot = private.cache_len
-  same_memory = ((_SLOTS.value * per_slot - n * shared.prompt_cache_len)
+  stops, mass = stop_ids(probe, params, (short * 64)[:64], turn_keys(64, 1), _MEAN.value)
+  rows = _ROWS.value
+  shared = EngineConfig(slots=_SLOTS.value, max_len=plen + new, prompts=rows, prompt_len=plen - 1)
+  same_memory = ((_SLOTS.value * private.cache_len - rows * shared.prompt_cache_len)
                  // shared.cache_len) // 8 * 8
-  wide = EngineConfig(slots=same_memory, max_len=plen + new, prompts=n, prompt_len=plen - 1)
+  wide = EngineConfig(slots=same_memory, max_len=plen + new, prompts=rows, prompt_len=plen - 1)
   print(f"model d_model {cfg.d_model}, {cfg.num_layers} layers; {n} prompts of {plen} tokens x "
         f"{g} samples, at most {new} new tokens, {len(stops)} stop tokens (probe mass {mass:.4f})")
   print(f"{'engine':<28}{'slots':>6}{'KV MiB':>9}{'tokens/s':>10}{'mean len':>10}"

@@ -279,7 +279,7 @@ class Engine:
     self.stats["prefill_calls"] += 1
     if not n:
       return
-    bound = min(b for b in self.programs.bounds if b >= int((start - plen)[:n].max()) + c)
+    bound = min(b for b in self.programs.prefill if b >= int((start - plen)[:n].max()) + c)
     self._cache = self.programs.prefill[bound](
         params, self._cache, *self.programs.replicated_in(slot_a, tokens, start, prow, plen))
     for i in range(0, len(copies), rows):

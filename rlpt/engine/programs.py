@@ -100,9 +100,11 @@ class EnginePrograms:
     self.cache_sh = cache_shardings(model_cfg, cfg, mesh, rules)
     self.widths = row_ladder(cfg.slots, batch_multiple(mesh, rules))
     self.bounds = bound_ladder(cfg.cache_len, cfg.chunk_steps)
+    # A prefill call writes prefill_len positions: only bounds that hold them.
+    self.prefill_bounds = tuple(b for b in self.bounds if b >= cfg.prefill_len)
     # A fixed set of programs: the initialiser, a prefill and a copy per bound
     # here, the decoders per sampling mode when built (``decoders``).
-    programs.reserve(1 + 2 * len(self.bounds) + bool(cfg.prompts))
+    programs.reserve(1 + 2 * len(self.prefill_bounds) + bool(cfg.prompts))
 
     def init():
       rows = self.layout.init(model_cfg, cfg.slots, cfg.cache_len)
@@ -121,7 +123,7 @@ class EnginePrograms:
                        rules),
             in_shardings=(param_shardings, self.cache_sh) + (rep,) * 5,
             out_shardings=self.cache_sh, donate_argnums=1)
-        for b in self.bounds}
+        for b in self.prefill_bounds}
     self.prefill_prompts = None
     if cfg.prompts:
       self.prefill_prompts = programs.jit(
@@ -131,7 +133,7 @@ class EnginePrograms:
     self.copy = {b: programs.jit(functools.partial(copy_rows, bound=b),
                                  in_shardings=(self.cache_sh, rep, rep),
                                  out_shardings=self.cache_sh, donate_argnums=0)
-                 for b in self.bounds}
+                 for b in self.prefill_bounds}
     self._decoders: dict = {}
 
   def plan(self, active: np.ndarray, last: np.ndarray) -> list[tuple[np.ndarray, int, int]]:

@@ -272,3 +272,18 @@ def test_a_groups_prompt_is_prefilled_once_with_the_same_tokens(model):
     alone = engine_for(model, prefill_len=8)[0].generate(params, [prompts[i]], keys[i:i + 1], 10)[0]
     np.testing.assert_array_equal(got[i].tokens, alone.tokens)
     np.testing.assert_allclose(got[i].logprobs, alone.logprobs, atol=ATOL, rtol=0)
+
+
+def test_positions_bounds_below_a_prefill_chunk_get_no_prefill_program(model):
+  """A prefill call writes prefill_len positions, so the bounds below it have
+  decoders but no prefill (warm-up compiles what exists; tokens unchanged)."""
+  _, params = model
+  engine, ctx = engine_for(model, devices=jax.devices()[:1], prefill_len=20)
+  assert engine.programs.bounds == (68, 40, 24, 16)
+  assert tuple(engine.programs.prefill) == tuple(engine.programs.copy) == (68, 40, 24)
+  engine.warm_up(params)
+  prompts, keys = random_prompts(10, seed=9, longest=30), turn_keys(10)
+  got = engine.generate(params, prompts, keys, 12)
+  for a, b in zip(got, engine_for(model)[0].generate(params, prompts, keys, 12), strict=True):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+  assert ctx.programs.evictions == 0
