@@ -2,6 +2,7 @@ r"""The continuous-batching engine against the static sampler, on the same seque
 
     python benchmarks/engine.py [--sequences=256] [--slots=64] [--new_tokens=384]
         [--mean_len=80] [--chunk_steps=16] [--width=4] [--temperature=10]
+        [--prefill_len=64] [--prefill_rows=0]
 
 Model: the default config at ``width`` times its width (d_model 128 * width,
 heads 4 * width, kv heads 2 * width, mlp 384 * width; 4 layers, head_dim 32,
@@ -47,6 +48,8 @@ _MEAN = flags.DEFINE_integer("mean_len", 80, "Target mean length (sets the stop 
 _CHUNK = flags.DEFINE_integer("chunk_steps", 16, "Engine decode steps per chunk.")
 _WIDTH = flags.DEFINE_integer("width", 4, "Multiple of the default model's width.")
 _TEMP = flags.DEFINE_float("temperature", 10.0, "Sampling temperature of both paths.")
+_PREFILL_LEN = flags.DEFINE_integer("prefill_len", 64, "Engine tokens per prefill row.")
+_PREFILL_ROWS = flags.DEFINE_integer("prefill_rows", 0, "Engine rows per prefill call (0: slots // 4).")
 
 def _prompts(n, seed=0):
   rng = np.random.default_rng(seed)
@@ -104,7 +107,8 @@ def main(_):
   from rlpt.sampling import SamplingParams
   cfg, graphdef, params, model, make_ctx = random_model(_WIDTH.value)
   slots, new = _SLOTS.value, _NEW.value
-  ecfg = EngineConfig(slots=slots, max_len=64 + new, chunk_steps=_CHUNK.value)
+  ecfg = EngineConfig(slots=slots, max_len=64 + new, chunk_steps=_CHUNK.value,
+                      prefill_len=_PREFILL_LEN.value, prefill_rows=_PREFILL_ROWS.value)
   ctxs, sampling = [], SamplingParams(_TEMP.value)
 
   def make(stops):
