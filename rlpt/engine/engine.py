@@ -140,6 +140,7 @@ class Engine:
     """Bytes of the KV store (slot rows and shared prompt rows)."""
     return sum(x.nbytes for x in jax.tree.leaves(self._cache))
 
+  # ------------------------------------------------------------------ rounds
 
   def step(self, params, sampling: SamplingParams, version: int = 0) -> list[Turn]:
     """One round: admit, one prefill call (more while nothing decodes), one
@@ -267,7 +268,7 @@ class Engine:
       elif n < rows:
         first[same] = seq.slot
         slot_a[n], start[n], plen[n] = seq.slot, seq.cached, seq.plen
-        prow[n] = seq.prompt.row if seq.prompt is not None else 0
+        prow[n] = seq.prompt_row
         tokens[n, :end - seq.cached] = conv[seq.cached:end]
         n += 1
         self.stats["prefill_tokens"] += end - seq.cached
@@ -294,8 +295,7 @@ class Engine:
     s, sl, conv = seq.slot, self._slots, seq.conversation
     sl.pending[s], sl.position[s], sl.active[s] = conv[-1], len(conv) - 1, True
     sl.key[s], sl.count[s], sl.budget[s] = seq.key, len(seq.sampled), seq.budget
-    sl.prompt_row[s] = seq.prompt.row if seq.prompt is not None else 0
-    sl.prompt_len[s] = seq.plen
+    sl.prompt_row[s], sl.prompt_len[s] = seq.prompt_row, seq.plen
 
   def _decode(self, params, sampling: SamplingParams, version: int) -> list[Turn]:
     before = self._slots.count.copy()

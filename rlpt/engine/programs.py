@@ -95,7 +95,7 @@ class EnginePrograms:
     self.programs, self.graphdef, self.cfg, self.place = programs, graphdef, cfg, place
     self.layout = FlatLayout(cfg.kv_int8)
     # What a slot's queries attend over: their row, and their prompt row when shared.
-    self.slot_layout = StoredPrefixLayout(cfg.kv_int8) if cfg.prompts else self.layout
+    self.slot_layout = StoredPrefixLayout() if cfg.prompts else self.layout
     self.param_sh = param_shardings
     self.cache_sh = cache_shardings(model_cfg, cfg, mesh, rules)
     self.widths = row_ladder(cfg.slots, batch_multiple(mesh, rules))

@@ -41,6 +41,11 @@ class SeqState:
   prompt: PromptRow | None = None
 
   @property
+  def prompt_row(self) -> int:
+    """The shared prompt row it reads (0, read nowhere, when it has none)."""
+    return self.prompt.row if self.prompt is not None else 0
+
+  @property
   def conversation(self) -> list[int]:
     """Every token so far, this turn's sampled ones included; the last is pending."""
     return self.tokens + self.sampled if self.sampled else self.tokens

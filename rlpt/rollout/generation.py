@@ -80,7 +80,9 @@ class RolloutSampling:
     self.engine = None
     if cfg.engine.enabled:
       max_len = cfg.engine.max_len or ro.max_prompt_len + ro.max_new_tokens
-      prompt_len = cfg.engine.prompt_len or (ro.max_prompt_len - 1) * bool(cfg.engine.prompts)
+      prompt_len = cfg.engine.prompt_len
+      if cfg.engine.prompts and not prompt_len:   # a prompt row holds all but a prompt's last token
+        prompt_len = ro.max_prompt_len - 1
       self.engine = Engine(dataclasses.replace(cfg.engine, max_len=max_len, prompt_len=prompt_len,
                                                kv_int8=ro.kv_int8), ctx, model, (tokenizer.eos_id,))
     if speculative.gamma:

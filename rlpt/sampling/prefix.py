@@ -123,10 +123,8 @@ class StoredPrefix(NamedTuple):
 class StoredPrefixLayout:
   """Cache layout for rows whose prefixes live in a shared store, any row any
   prefix (``StoredPrefix``): each step gathers one layer's prefix rows at a
-  time, so the store holds a prefix once however many rows read it."""
-
-  kv_int8: bool = False
-  group_size: int = 1
+  time, so the store holds a prefix once however many rows read it. The
+  store's type (fp32 or int8) says how to read it, so the layout has no fields."""
 
   def attend(self, cache: StoredPrefix, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
     b, t = q_BxTxNxH.shape[:2]

@@ -19,10 +19,6 @@ def model():
   return make_model()
 
 
-def _store_bytes(engine):
-  return engine.store_bytes
-
-
 def _same(got, want):
   for a, b in zip(got, want, strict=True):
     np.testing.assert_array_equal(a.tokens, b.tokens)
@@ -51,8 +47,8 @@ def test_groups_read_one_prompt_row_and_sample_what_private_rows_do(model):
   assert st["shared_prefill_tokens"] >= 3 * sum(plen)
   # The store: 8 slots of 48 - 16 + 8 positions and 2 prompt rows of 16 + 8,
   # against 8 slots of 48 + 8.
-  per_position = _store_bytes(plain) / (8 * 56)
-  assert _store_bytes(shared) == per_position * (8 * 40 + 2 * 24)
+  per_position = plain.store_bytes / (8 * 56)
+  assert shared.store_bytes == per_position * (8 * 40 + 2 * 24)
 
 
 def test_a_later_call_finds_its_prompts_cached(model):
