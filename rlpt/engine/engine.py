@@ -4,7 +4,8 @@
 slot; rlpt.sampling.slots). Sequences wait in a queue; between decode chunks
 (``chunk_steps`` steps in one compiled loop) the host admits waiting
 sequences into free slots, caches their prompts ``prefill_len`` tokens at a
-time (one prefill call per round once half the slots decode, so a long
+time (once half the slots decode, a round's prefill calls stop at the first
+call that would be under half full or at filling every slot once: a long
 prompt never stalls them), and collects the turns that stopped. Its programs
 are a fixed set whatever the workload (rlpt.engine.programs).
 
@@ -143,8 +144,8 @@ class Engine:
   # ------------------------------------------------------------------ rounds
 
   def step(self, params, sampling: SamplingParams, version: int = 0) -> list[Turn]:
-    """One round: admit, one prefill call (more while nothing decodes), one
-    decode chunk. Returns the turns that stopped."""
+    """One round: admit, prefill calls (``_prefill``), one decode chunk.
+    Returns the turns that stopped."""
     t0 = time.perf_counter()
     if version != self._version:
       self._refresh()
@@ -224,13 +225,18 @@ class Engine:
       seq.slot, seq.cached = None, 0
 
   def _prefill(self, params) -> None:
-    """Prefill calls: one, or more while under half the slots decode (few to stall)."""
-    calls = 0
+    """Prefill calls: one; more while under half the slots decode (few to
+    stall), or while at least half a call's rows wait (their slots would
+    idle a chunk otherwise; a call costs the same however few rows it has),
+    at most enough calls to fill every slot once."""
+    calls, rows = 0, self.cfg.prefill_batch
     while True:
       for seq in [q for q in self._prefilling if q.cached == len(q.conversation) - 1
                   and (q.prompt is None or q.prompt.complete)]:
         self._activate(seq)
-      if not self._prefilling or (calls and 2 * self._slots.active.sum() >= self.cfg.slots):
+      waiting = sum(q.prompt is None or q.prompt.complete for q in self._prefilling)
+      if not self._prefilling or (calls and 2 * self._slots.active.sum() >= self.cfg.slots
+                                  and (2 * waiting < rows or calls * rows >= self.cfg.slots)):
         return
       self._prefill_call(params)
       calls += 1

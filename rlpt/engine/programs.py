@@ -102,6 +102,10 @@ class EnginePrograms:
     self.bounds = bound_ladder(cfg.cache_len, cfg.chunk_steps)
     # A prefill call writes prefill_len positions: only bounds that hold them.
     self.prefill_bounds = tuple(b for b in self.bounds if b >= cfg.prefill_len)
+    # The weights' bytes in cache positions of one row: a decode call's fixed cost.
+    kv_bytes = 1 if cfg.kv_int8 else model_cfg.jnp_dtype.itemsize
+    self.call_positions = model_cfg.num_params() * 4 / (
+        model_cfg.num_layers * 2 * model_cfg.num_kv_heads * model_cfg.head_dim * kv_bytes)
     # A fixed set of programs: the initialiser, a prefill and a copy per bound
     # here, the decoders per sampling mode when built (``decoders``).
     programs.reserve(1 + 2 * len(self.prefill_bounds) + bool(cfg.prompts))
@@ -141,13 +145,14 @@ class EnginePrograms:
     ``active``, the last slot positions they may write ``last``: one call over
     the narrowest width and fewest positions that hold them (position
     ``bound - 1`` is a row's scratch), or two when splitting off the few rows
-    that need many positions reads less. A call's cost is taken as width x
-    (bound + cache_len / 2), the second term standing for a row's work that
-    does not grow with its positions."""
+    that need many positions reads less. A call's cost, in cache positions
+    read: its weights (``call_positions``: every call reads them once a step)
+    plus width x (bound + cache_len / 2), the second term standing for a
+    row's work that does not grow with its positions."""
     bounds = sorted(self.bounds)
     level = np.searchsorted(bounds, last + 2)
     width = lambda n: min(w for w in self.widths if w >= n)
-    cost = lambda n, b: width(n) * (b + self.cfg.cache_len / 2)
+    cost = lambda n, b: self.call_positions + width(n) * (b + self.cfg.cache_len / 2)
     top = int(level.max())
     plan = [(active, width(len(active)), bounds[top])]
     best = cost(len(active), bounds[top])

@@ -287,3 +287,33 @@ def test_positions_bounds_below_a_prefill_chunk_get_no_prefill_program(model):
   for a, b in zip(got, engine_for(model)[0].generate(params, prompts, keys, 12), strict=True):
     np.testing.assert_array_equal(a.tokens, b.tokens)
   assert ctx.programs.evictions == 0
+
+
+def test_a_round_fills_every_free_slot_in_full_prefill_calls(model):
+  """Prefill calls go on while at least half a call's rows wait (a call costs
+  the same however few rows it has), up to filling every slot once: 12
+  one-chunk prompts over 8 slots, 2 rows a call: the first round makes 4
+  calls and decodes all 8 slots, not just the half of them."""
+  _, params = model
+  engine, _ = engine_for(model, devices=jax.devices()[:1], prefill_rows=2)
+  rng = np.random.default_rng(3)
+  for i in range(12):
+    engine.add(i, [BOS] + rng.integers(0, 30, size=5).tolist(), turn_keys(12)[i], 12)
+  engine.step(params)
+  assert engine.stats["prefill_calls"] == 4
+  assert all(seq is not None for seq in engine._owner) and not engine._prefilling
+  assert len(engine._waiting) == 4
+
+def test_a_decode_chunk_splits_only_when_it_saves_more_than_a_calls_weights(model):
+  """A chunk's plan: 7 rows near the start and 1 far on. A split pays the
+  weights a second time; on a short cache that costs more than the positions
+  it saves (one call), on a long one less (two calls)."""
+  short, _ = engine_for(model, devices=jax.devices()[:1])
+  long, _ = engine_for(model, devices=jax.devices()[:1], max_len=1024)
+  assert short.programs.bounds == (56, 32, 16) and long.programs.bounds == (1032, 520, 264, 136)
+  active, last = np.arange(8), np.array([5] * 7 + [40])
+  [(rows, width, bound)] = short.programs.plan(active, last)
+  assert (len(rows), width, bound) == (8, 8, 56)
+  (low, w_low, b_low), (high, w_high, b_high) = long.programs.plan(active, np.array([5] * 7 + [600]))
+  assert (low.tolist(), w_low, b_low) == (list(range(7)), 8, 136)
+  assert (high.tolist(), w_high, b_high) == ([7], 1, 1032)
