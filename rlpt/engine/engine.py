@@ -43,6 +43,7 @@ import numpy as np
 from rlpt.device import RunContext, SampledModel, check_batch, to_host
 from rlpt.keys import key_width
 from rlpt.config.engine import EngineConfig
+from rlpt.engine.prefill import RowCall, pack
 from rlpt.engine.programs import EnginePrograms
 from rlpt.engine.prompts import PromptRows
 from rlpt.engine.sequence import SeqState, Turn
@@ -242,59 +243,76 @@ class Engine:
       calls += 1
 
   def _prefill_call(self, params) -> None:
-    """One prefill call over up to ``prefill_batch`` prompt rows still to
-    cache, then one over up to ``prefill_batch`` sequences whose prompt row
-    is cached; a sequence whose tokens so far equal one in the call (a GRPO
-    group's copies) is not prefilled but copied from it afterwards."""
-    rows, c = self.cfg.prefill_batch, self.cfg.prefill_len
-    prompts = self.prompt_rows.pending()[:rows]
-    if prompts:
-      row_a = np.full(rows, self.cfg.prompts, np.int32)   # out of range: padding
-      tokens, start = np.zeros((rows, c), np.int32), np.zeros(rows, np.int32)
-      for i, r in enumerate(prompts):
-        end = min(r.cached + c, len(r.tokens))
-        row_a[i], start[i], tokens[i, :end - r.cached] = r.row, r.cached, r.tokens[r.cached:end]
-        self.stats["prefill_tokens"] += end - r.cached
-        r.cached = end
+    """One prefill call: prompt rows still to cache, then the sequences whose
+    prompt row is cached. Fresh chunks (nothing cached before them) are
+    packed several to a call row (rlpt.sampling.packed), the rest take a row
+    each, up to ``prefill_batch`` rows of each form."""
+    self._prefill_prompt_rows(params)
+    self._prefill_slots(params)
+    self.stats["prefill_calls"] += 1
+
+  def _prefill_prompt_rows(self, params) -> None:
+    rows, c, pending = self.cfg.prefill_batch, self.cfg.prefill_len, self.prompt_rows.pending()
+    if not pending:
+      return
+    fresh, call = [r for r in pending if r.cached == 0], RowCall(rows, c, self.cfg.prompts)
+    for r in [r for r in pending if r.cached][:rows]:
+      end = min(r.cached + c, len(r.tokens))
+      call.add(r.row, r.tokens[r.cached:end], r.cached)
+      self.stats["prefill_tokens"] += end - r.cached
+      r.cached = end
+    if fresh:
+      arrays, placed = pack([(r.row, r.tokens[:c]) for r in fresh], rows, c, self.cfg.prompts)
+      self._cache = self.programs.prefill_packed(params, self._cache,
+                                                 *self.programs.replicated_in(*arrays))
+      for r in (fresh[i] for i in placed):
+        r.cached = min(c, len(r.tokens))
+        self.stats["prefill_tokens"] += r.cached
+    if call.n:
       self._cache = self.programs.prefill_prompts(
-          params, self._cache, *self.programs.replicated_in(row_a, tokens, start))
-    slot_a = np.full(rows, self.cfg.slots, np.int32)   # out of range: padding
-    tokens = np.zeros((rows, c), np.int32)
-    start, prow, plen = (np.zeros(rows, np.int32) for _ in range(3))
-    first, copies, n = {}, [], 0
-    for seq in list(self._prefilling):
-      conv = seq.conversation
-      end = min(seq.cached + c, len(conv) - 1)
-      if end == seq.cached or (seq.prompt is not None and not seq.prompt.complete):
+          params, self._cache, *self.programs.replicated_in(*call.arrays()[:3]))
+
+  def _prefill_slots(self, params) -> None:
+    """A sequence whose tokens so far equal one's in this call (a GRPO
+    group's copies) is not prefilled but copied from its slot afterwards."""
+    rows, c, nowhere = self.cfg.prefill_batch, self.cfg.prefill_len, self.cfg.slots
+    end = lambda q: min(q.cached + c, len(q.conversation) - 1)
+    first, copies, fresh, by_row, call = {}, {}, [], [], RowCall(rows, c, nowhere)
+    for seq in self._prefilling:
+      if end(seq) == seq.cached or (seq.prompt is not None and not seq.prompt.complete):
         continue
-      same = (seq.plen, seq.cached, tuple(conv[:end]))
+      same = (seq.plen, seq.cached, tuple(seq.conversation[:end(seq)]))
       if same in first:
-        copies.append((first[same], seq.slot))
-        self.stats["shared_prefill_tokens"] += end - seq.cached
-      elif n < rows:
-        first[same] = seq.slot
-        slot_a[n], start[n], plen[n] = seq.slot, seq.cached, seq.plen
-        prow[n] = seq.prompt_row
-        tokens[n, :end - seq.cached] = conv[seq.cached:end]
-        n += 1
-        self.stats["prefill_tokens"] += end - seq.cached
+        copies[first[same].slot].append(seq)
+        continue
+      if seq.cached == 0 and not self.cfg.prompts:   # (with prompt rows, packing is theirs)
+        fresh.append(seq)
+      elif not call.full:
+        call.add(seq.slot, seq.conversation[seq.cached:end(seq)], seq.cached, seq.prompt_row,
+                 seq.plen)
+        by_row.append(seq)
       else:
         continue
-      self.stats["reprefill_tokens"] += max(0, min(end, seq.prefilled) - seq.cached)
-      seq.prefilled = max(seq.prefilled, end)
-      seq.cached = end
-    self.stats["prefill_calls"] += 1
-    if not n:
-      return
-    bound = min(b for b in self.programs.prefill if b >= int((start - plen)[:n].max()) + c)
-    self._cache = self.programs.prefill[bound](
-        params, self._cache, *self.programs.replicated_in(slot_a, tokens, start, prow, plen))
-    for i in range(0, len(copies), rows):
-      src = np.full(rows, 0, np.int32)
-      dst = np.full(rows, self.cfg.slots, np.int32)      # out of range: dropped
-      part = np.asarray(copies[i:i + rows], np.int32)
-      src[:len(part)], dst[:len(part)] = part[:, 0], part[:, 1]
-      self._cache = self.programs.copy[bound](self._cache, *self.programs.replicated_in(src, dst))
+      first[same], copies[seq.slot] = seq, []
+    done = by_row
+    if fresh:
+      arrays, placed = pack([(q.slot, q.conversation[:end(q)]) for q in fresh], rows, c, nowhere)
+      self._cache = self.programs.prefill_packed(params, self._cache,
+                                                 *self.programs.replicated_in(*arrays))
+      done = [fresh[i] for i in placed] + by_row
+    if call.n:
+      bound = min(b for b in self.programs.prefill if b >= call.reach())
+      self._cache = self.programs.prefill[bound](params, self._cache,
+                                                 *self.programs.replicated_in(*call.arrays()))
+    pairs = [(src, dst) for src in done for dst in copies[src.slot]]
+    for seq in done + [dst for _, dst in pairs]:
+      n, shared = end(seq), seq.slot not in copies
+      self.stats["shared_prefill_tokens" if shared else "prefill_tokens"] += n - seq.cached
+      self.stats["reprefill_tokens"] += max(0, min(n, seq.prefilled) - seq.cached)
+      seq.prefilled, seq.cached = max(seq.prefilled, n), n
+    self._cache = self.programs.copy_slots(
+        self._cache, [(src.slot, dst.slot) for src, dst in pairs],
+        max((src.cached - src.plen for src, _ in pairs), default=0))
 
   def _activate(self, seq: SeqState) -> None:
     self._prefilling.remove(seq)

@@ -3,10 +3,11 @@
 The slot axis of the KV store and of the slots' state is the ``batch`` rule's
 (sharded over the data axis); a prefill call's A rows are replicated (they
 gather their slots' cache rows). An engine compiles its store's initialiser,
-a prefill and a row-copy program per position bound (at most four each), a
-prompt prefill with shared prompts, and, per sampling mode it
-decodes with, at most 16 decode programs (four widths, ``row_ladder``, by four position bounds,
-``bound_ladder``), whatever the workload.
+a packed prefill of fresh chunks, a prefill and a row-copy program per
+position bound (at most four each), a prompt prefill with shared prompts,
+and, per sampling mode it decodes with, at most 16 decode programs (four
+widths, ``row_ladder``, by four position bounds, ``bound_ladder``),
+whatever the workload.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from rlpt.sampling.logits import SamplingParams
 from rlpt.sampling.prefix import StoredPrefixLayout
 from rlpt.sampling.quant import Int8KVCache
 from rlpt.sampling.slots import (Emitted, SharedStore, Slots, copy_rows, decode_rows,
-                                 decode_steps, prefill_prompts, prefill_rows)
+                                 decode_steps, prefill_fresh, prefill_prompts, prefill_rows)
 from rlpt.sharding import K_CACHE_AXES, KV_CACHE_AXES, Rules, named_sharding
 
 
@@ -76,7 +77,9 @@ def bound_ladder(cache_len: int, chunk_steps: int) -> tuple[int, ...]:
 
 
 class EnginePrograms:
-  """``init()`` -> an empty KV store; ``prefill[bound](params, cache, slot_A,
+  """``init()`` -> an empty KV store; ``prefill_packed(params, cache, row_AxC,
+  tokens_AxC, position_AxC)`` -> cache (rlpt.sampling.slots.prefill_fresh);
+  ``prefill[bound](params, cache, slot_A,
   tokens_AxC, start_A, prompt_row_A, prompt_len_A)`` -> cache, over the rows'
   first ``bound`` positions; with shared prompts, ``prefill_prompts(params,
   cache, row_A, tokens_AxC, start_A)`` -> cache;
@@ -106,9 +109,9 @@ class EnginePrograms:
     kv_bytes = 1 if cfg.kv_int8 else model_cfg.jnp_dtype.itemsize
     self.call_positions = model_cfg.num_params() * 4 / (
         model_cfg.num_layers * 2 * model_cfg.num_kv_heads * model_cfg.head_dim * kv_bytes)
-    # A fixed set of programs: the initialiser, a prefill and a copy per bound
-    # here, the decoders per sampling mode when built (``decoders``).
-    programs.reserve(1 + 2 * len(self.prefill_bounds) + bool(cfg.prompts))
+    # A fixed set of programs: the initialiser, the packed prefill, a prefill
+    # and a copy per bound here, the decoders per sampling mode when built.
+    programs.reserve(2 + 2 * len(self.prefill_bounds) + bool(cfg.prompts))
 
     def init():
       rows = self.layout.init(model_cfg, cfg.slots, cfg.cache_len)
@@ -134,6 +137,10 @@ class EnginePrograms:
           with_rules(functools.partial(prefill_prompts, graphdef, self.layout), mesh, rules),
           in_shardings=(param_shardings, self.cache_sh, rep, rep, rep),
           out_shardings=self.cache_sh, donate_argnums=1)
+    self.prefill_packed = programs.jit(
+        with_rules(functools.partial(prefill_fresh, graphdef), mesh, rules),
+        in_shardings=(param_shardings, self.cache_sh) + (rep,) * 3,
+        out_shardings=self.cache_sh, donate_argnums=1)
     self.copy = {b: programs.jit(functools.partial(copy_rows, bound=b),
                                  in_shardings=(self.cache_sh, rep, rep),
                                  out_shardings=self.cache_sh, donate_argnums=0)
@@ -185,6 +192,22 @@ class EnginePrograms:
       cache = self.copy[bound](cache, zeros, nowhere)
     if self.prefill_prompts is not None:
       cache = self.prefill_prompts(params, cache, no_row, tokens, zeros)
+    nowhere = np.full((rows, c), cfg.prompts or cfg.slots, np.int32)
+    cache = self.prefill_packed(params, cache, *self.replicated_in(nowhere, *np.zeros((2, rows, c),
+                                                                                      np.int32)))
+    return cache
+
+  def copy_slots(self, cache, pairs: list[tuple[int, int]], reach: int):
+    """``cache`` with slot rows copied (``pairs`` of source, destination) over
+    their first ``reach`` positions, ``prefill_batch`` pairs a call."""
+    rows = self.cfg.prefill_batch
+    bound = min((b for b in self.copy if b >= reach), default=None)
+    for i in range(0, len(pairs), rows):
+      src = np.full(rows, 0, np.int32)
+      dst = np.full(rows, self.cfg.slots, np.int32)      # out of range: dropped
+      part = np.asarray(pairs[i:i + rows], np.int32)
+      src[:len(part)], dst[:len(part)] = part[:, 0], part[:, 1]
+      cache = self.copy[bound](cache, *self.replicated_in(src, dst))
     return cache
 
   def slots_in(self, slots: Slots) -> Slots:

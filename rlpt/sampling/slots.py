@@ -2,13 +2,15 @@
 
 A fixed number of slots share one KV store of fixed length per slot (slot =
 position, ``FlatLayout`` in fp32 or int8). A slot holds one sequence at a time;
-the host decides which (admission, release) between calls. Two programs, each
+the host decides which (admission, release) between calls. Programs, each
 of one fixed shape:
 
-* ``prefill_rows``: caches a chunk of C tokens for each of A slots (a prompt,
-  or the observation appended to a parked episode), reading and writing only
-  those slots' rows (gathered, run through the model, scattered back). Rows
-  with slot index >= the slot count are padding and write nothing.
+* ``prefill_rows``: caches a chunk of C tokens for each of A slots (a
+  prompt's later chunk, or the observation appended to a parked episode),
+  reading and writing only those slots' rows (gathered, run through the
+  model, scattered back). Rows with slot index >= the slot count are padding
+  and write nothing. ``prefill_fresh``: the first chunks of fresh sequences,
+  packed several to a row (rlpt.sampling.packed).
 * ``decode_steps``: k decode steps over every slot. Each step feeds each
   slot's pending token (sampled or observed, not yet cached) at its position,
   caches it, and samples the next token of the active slots. ``decode_rows``
@@ -41,6 +43,7 @@ from flax import nnx
 
 from rlpt.sampling.fast import FlatLayout, cached_forward
 from rlpt.sampling.logits import SamplingParams, sample_token
+from rlpt.sampling.packed import prefill_packed
 from rlpt.sampling.prefix import StoredPrefix
 from rlpt.sampling.quant import as_params
 
@@ -228,6 +231,17 @@ def prefill_prompts(graphdef: nnx.GraphDef, layout: FlatLayout, params, store: S
   prompts = prefill_rows(graphdef, layout, params, store.prompts, row_A, tokens_AxC, start_A,
                          zeros, zeros)
   return store._replace(prompts=prompts)
+
+
+def prefill_fresh(graphdef: nnx.GraphDef, params, store, row_AxC: jax.Array,
+                  tokens_AxC: jax.Array, position_AxC: jax.Array):
+  """Fresh first chunks packed several to a call row (rlpt.sampling.packed)
+  into a plain store's slots, or into a shared store's prompt rows (whose
+  sequences' slots hold only what follows them)."""
+  if isinstance(store, SharedStore):
+    return store._replace(prompts=prefill_packed(graphdef, params, store.prompts, row_AxC,
+                                                 tokens_AxC, position_AxC))
+  return prefill_packed(graphdef, params, store, row_AxC, tokens_AxC, position_AxC)
 
 
 def copy_rows(cache, src_A: jax.Array, dst_A: jax.Array, bound: int):

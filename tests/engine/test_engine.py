@@ -42,7 +42,7 @@ def test_greedy_equals_the_static_sampler(model):
   # The store's initialiser, prefill and a decode program per (width, bound)
   # used (8 slots over 8 devices: one width), whatever the lengths.
   assert engine.programs.widths == (8,) and engine.programs.bounds == (56, 32, 16)
-  assert len(ctx.programs) <= 1 + 2 * 3 + 3
+  assert len(ctx.programs) <= 2 + 2 * 3 + 3
 
 
 SHARED_PROMPTS = dict(prompts=3, prompt_len=6)
@@ -111,7 +111,7 @@ def test_narrow_decode_widths_sample_the_same_tokens(model):
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=ATOL, rtol=0)
   assert narrow.stats["slot_steps"] < 8 * narrow.stats["decode_chunks"] * 4
-  assert len(ctx.programs) <= 1 + 2 * 3 + 4 * 3
+  assert len(ctx.programs) <= 2 + 2 * 3 + 4 * 3
 
 
 def test_multi_turn_caches_only_the_new_tokens(model):
@@ -146,7 +146,7 @@ def test_scarce_slots_release_parked_episodes_and_replay_them(model):
   for i in range(16):
     for a, b in zip(got[i], want[i]):
       np.testing.assert_array_equal(a, b)
-  assert len(ctx.programs) <= 1 + 2 * 3 + 3
+  assert len(ctx.programs) <= 2 + 2 * 3 + 3
 
 
 def test_turns_record_the_policy_version_of_each_token(model):
@@ -233,9 +233,9 @@ def test_warm_up_compiles_every_program_and_changes_nothing(model):
   engine.warm_up(params)
   compiled = len(ctx.programs)
   w, b = len(engine.programs.widths), len(engine.programs.bounds)
-  assert compiled == 1 + 2 * b + w * b
+  assert compiled == 2 + 2 * b + w * b
   # The engine's fixed set is reserved in the run's bound, not taken from it.
-  assert ctx.programs.capacity == MAX_PROGRAMS + (1 + 2 * b) + (1 + w * b)
+  assert ctx.programs.capacity == MAX_PROGRAMS + (2 + 2 * b) + (1 + w * b)
   assert ctx.programs.evictions == 0
   got = engine.generate(params, prompts, keys, 12)
   assert len(ctx.programs) == compiled
@@ -317,3 +317,24 @@ def test_a_decode_chunk_splits_only_when_it_saves_more_than_a_calls_weights(mode
   (low, w_low, b_low), (high, w_high, b_high) = long.programs.plan(active, np.array([5] * 7 + [600]))
   assert (low.tolist(), w_low, b_low) == (list(range(7)), 8, 136)
   assert (high.tolist(), w_high, b_high) == ([7], 1, 1032)
+
+
+def test_fresh_prompts_are_packed_several_to_a_prefill_row(model):
+  """Prompts of 3 tokens (2 to cache; the last is the first decode step's) in
+  rows of 8: one call of 2 rows caches 8 prompts, filling all 8 slots, with
+  the tokens an engine sampling one sequence at a time gives."""
+  _, params = model
+  rng = np.random.default_rng(4)
+  prompts = [[BOS] + rng.integers(0, 30, size=2).tolist() for _ in range(12)]
+  keys = turn_keys(12)
+  engine, _ = engine_for(model, devices=jax.devices()[:1], prefill_rows=2)
+  for i, p in enumerate(prompts):
+    engine.add(i, p, keys[i], 10)
+  engine.step(params)
+  assert engine.stats["prefill_calls"] == 1 and engine.stats["prefill_tokens"] == 16
+  assert all(seq is not None for seq in engine._owner)
+  got = engine_for(model, prefill_rows=2)[0].generate(params, prompts, keys, 10)
+  alone, _ = engine_for(model, devices=jax.devices()[:1], slots=1)
+  for i, turn in enumerate(got):
+    np.testing.assert_array_equal(turn.tokens, alone.generate(params, [prompts[i]], keys[i:i + 1],
+                                                              10)[0].tokens)

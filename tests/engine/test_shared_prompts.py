@@ -83,11 +83,11 @@ def test_warm_up_compiles_the_prompt_prefill_too(model):
   engine, ctx = engine_for(model, devices=jax.devices()[:1], **SHARE)
   engine.warm_up(params)
   w, b = len(engine.programs.widths), len(engine.programs.bounds)
-  assert len(ctx.programs) == 1 + 2 * b + 1 + w * b
-  assert ctx.programs.capacity == MAX_PROGRAMS + (1 + 2 * b + 1) + (1 + w * b)
+  assert len(ctx.programs) == 2 + 2 * b + 1 + w * b
+  assert ctx.programs.capacity == MAX_PROGRAMS + (2 + 2 * b + 1) + (1 + w * b)
   prompts = random_prompts(10, seed=6)
   engine.generate(params, prompts, turn_keys(10), 8)
-  assert len(ctx.programs) == 1 + 2 * b + 1 + w * b and ctx.programs.evictions == 0
+  assert len(ctx.programs) == 2 + 2 * b + 1 + w * b and ctx.programs.evictions == 0
 
 
 def test_shared_prompt_mistakes_are_named(model):
