@@ -2,7 +2,7 @@ r"""The continuous-batching engine against the static sampler, on the same seque
 
     python benchmarks/engine.py [--sequences=256] [--slots=64] [--new_tokens=384]
         [--mean_len=80] [--chunk_steps=16] [--width=4] [--temperature=10]
-        [--prefill_len=64] [--prefill_rows=0]
+        [--prefill_len=64] [--prefill_rows=0] [--repeats=3]
 
 Model: the default config at ``width`` times its width (d_model 128 * width,
 heads 4 * width, kv heads 2 * width, mlp 384 * width; 4 layers, head_dim 32,
@@ -18,8 +18,10 @@ a sequence stops at each step with probability about 1 / ``mean_len``:
 geometric lengths, capped at ``new_tokens``. Printed: length mean and
 max/mean, then for each path useful tokens/s (sampled tokens, stop tokens
 included, over the wall time of the whole workload, prefill and host work
-included, compilation excluded: each path runs once to compile, then is
-timed), the share of decode row-steps that were useful, compiled programs,
+included, compilation excluded: each path compiles first, then the paths
+are timed ``repeats`` times alternately, so that the machine's drift over
+the run falls on each; median [min-max], and the engine's ratios run by
+run), the share of decode row-steps that were useful, compiled programs,
 and the KV bytes each path holds. The static path is ``rlpt.sampling.Sampler``
 (the default plain sampler, decode phases as the trainer picks them) in
 batches of ``slots`` rows, each waiting for its slowest row. Never-idle: the
@@ -30,6 +32,7 @@ Host overhead: the engine's wall time outside waits for the device, as a
 share of its step time.
 """
 
+import collections
 import os
 import sys
 import time
@@ -50,6 +53,7 @@ _WIDTH = flags.DEFINE_integer("width", 4, "Multiple of the default model's width
 _TEMP = flags.DEFINE_float("temperature", 10.0, "Sampling temperature of both paths.")
 _PREFILL_LEN = flags.DEFINE_integer("prefill_len", 64, "Engine tokens per prefill row.")
 _PREFILL_ROWS = flags.DEFINE_integer("prefill_rows", 0, "Engine rows per prefill call (0: slots // 4).")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs of each path, taken alternately.")
 
 def _prompts(n, seed=0):
   rng = np.random.default_rng(seed)
@@ -57,6 +61,7 @@ def _prompts(n, seed=0):
 
 
 def _static(graphdef, cfg, params, prompts, keys, stops, slots, new_tokens):
+  """(run: a timed pass over the prompts -> (lengths, wall), programs, KV bytes)."""
   from rlpt.device import ProgramPool
   from rlpt.device.programs import jit_sampler
   from rlpt.sampling import Sampler, SamplingParams
@@ -71,7 +76,7 @@ def _static(graphdef, cfg, params, prompts, keys, stops, slots, new_tokens):
                    mesh, SAMPLE_RULES)
 
   def run():
-    lengths = []
+    t, lengths = time.perf_counter(), []
     for b in range(0, len(prompts), slots):
       batch = prompts[b:b + slots]
       ids = np.full((slots, width), PAD, np.int32)
@@ -81,23 +86,21 @@ def _static(graphdef, cfg, params, prompts, keys, stops, slots, new_tokens):
         ids[i, :len(p)], n[i] = p, len(p)
       out = fn(params, ids, n, keys[b])
       lengths += np.asarray(out.lengths)[:len(batch)].tolist()
-    return np.asarray(lengths)
+    return np.asarray(lengths), time.perf_counter() - t
 
-  run()
-  t = time.perf_counter()
-  lengths = run()
-  wall = time.perf_counter() - t
+  run()                         # compiles
   kv = slots * (width + new_tokens) * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
-  return lengths, wall, len(pool), kv
+  return run, len(pool), kv
 
 
-def _engine_run(make, params, prompts, keys, new_tokens):
-  engine = make(None)
-  engine.warm_up(params)        # compiles every program
-
+def _timed(engine, params, prompts, keys, new_tokens):
   t = time.perf_counter()
   turns = engine.generate(params, prompts, keys, new_tokens)
-  return turns, time.perf_counter() - t, engine
+  return turns, time.perf_counter() - t
+
+
+def _spread(x):
+  return f"{np.median(x):.0f} [{min(x):.0f}-{max(x):.0f}]"
 
 
 def main(_):
@@ -117,35 +120,51 @@ def main(_):
     generate, warm_up = engine.generate, engine.warm_up
     engine.generate = lambda params, *args: generate(params, sampling, *args)
     engine.warm_up = lambda params: warm_up(params, sampling)
+    engine.warm_up(params)       # compiles every program
     return engine
 
   prompts, keys = _prompts(_SEQS.value), turn_keys(_SEQS.value)
   chosen, mass = stop_ids(make, params, prompts, turn_keys(64, 1), _MEAN.value)
-  turns, e_wall, engine = _engine_run(make, params, prompts, keys, new)
-  lengths = np.array([len(t.tokens) for t in turns])
-  useful = int(lengths.sum())
+  engine, e_programs = make(None), len(ctxs[-1].programs)
+  static, s_programs, s_kv = _static(graphdef, cfg, params, prompts, keys, chosen, slots, new)
+  busy = make(())
+  rates = {"engine": [], "static": [], "never-idle": []}
+  for _ in range(_REPEATS.value):   # alternately, so that the machine's drift hits each path
+    before = collections.Counter(engine.stats)
+    turns, e_wall = _timed(engine, params, prompts, keys, new)
+    st = collections.Counter(engine.stats)
+    st.subtract(before)
+    lengths = np.array([len(t.tokens) for t in turns])
+    rates["engine"].append(lengths.sum() / e_wall)
+    s_len, s_wall = static()
+    rates["static"].append(s_len.sum() / s_wall)
+    # Every slot-step as if useful: the rate of an engine whose slots never idle.
+    steps = busy.stats["slot_steps"]
+    _, b_wall = _timed(busy, params, prompts[:slots], keys[:slots], 128)
+    rates["never-idle"].append((busy.stats["slot_steps"] - steps) / b_wall)
   print(f"model d_model {cfg.d_model}, {cfg.num_layers} layers, {cfg.num_heads} heads; "
-        f"{len(prompts)} sequences, {len(chosen)} stop tokens (probe mass {mass:.4f})")
-  s_len, s_wall, s_programs, s_kv = _static(graphdef, cfg, params, prompts, keys, chosen, slots, new)
+        f"{len(prompts)} sequences, {len(chosen)} stop tokens (probe mass {mass:.4f}); "
+        f"{_REPEATS.value} runs of each path, alternately")
   for name, x in (("engine", lengths), ("static", s_len)):
     print(f"{name} lengths: mean {x.mean():.1f}, max {x.max()}, max/mean {x.max() / x.mean():.2f}")
-  st = engine.stats
   e_kv = slots * ecfg.cache_len * cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
-  print(f"{'path':<12}{'tokens/s':>10}{'useful steps':>14}{'programs':>10}{'KV MiB':>8}")
-  print(f"{'static':<12}{s_len.sum() / s_wall:>10.0f}"
+  print(f"{'path':<12}{'tokens/s: median [min-max]':>28}{'useful steps':>14}{'programs':>10}"
+        f"{'KV MiB':>8}")
+  print(f"{'static':<12}{_spread(rates['static']):>28}"
         f"{s_len.sum() / (-(-len(prompts) // slots) * slots * new):>14.2f}{s_programs:>10}"
         f"{s_kv / 2**20:>8.1f}")
-  print(f"{'engine':<12}{useful / e_wall:>10.0f}{useful / st['slot_steps']:>14.2f}"
-        f"{len(ctxs[-1].programs):>10}{e_kv / 2**20:>8.1f}")
-  full = [p for p in prompts[:slots]]
-  _, b_wall, busy = _engine_run(lambda _: make(()), params, full, keys[:slots], 128)
-  # Every slot-step as if useful: the rate of an engine whose slots never idle.
-  never_idle = busy.stats["slot_steps"] / b_wall
-  print(f"{'never-idle':<12}{never_idle:>10.0f}{1.0:>14.2f}")
-  print(f"engine / static: {useful / e_wall / (s_len.sum() / s_wall):.2f}x; engine / never-idle: "
-        f"{useful / e_wall / never_idle:.2f}; host overhead "
+  print(f"{'engine':<12}{_spread(rates['engine']):>28}{lengths.sum() / st['slot_steps']:>14.2f}"
+        f"{e_programs:>10}{e_kv / 2**20:>8.1f}")
+  print(f"{'never-idle':<12}{_spread(rates['never-idle']):>28}{1.0:>14.2f}")
+  ratio = lambda a, b: np.asarray(rates[a]) / np.asarray(rates[b])
+  print(f"engine / static, run by run: {_spread_ratio(ratio('engine', 'static'))}x; engine / "
+        f"never-idle: {_spread_ratio(ratio('engine', 'never-idle'))}; host overhead "
         f"{1 - st['device_s'] / st['step_s']:.3f} of step time "
         f"({st['decode_chunks']} chunks, {st['prefill_calls']} prefill calls)")
+
+
+def _spread_ratio(x):
+  return f"{np.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]"
 
 
 if __name__ == "__main__":

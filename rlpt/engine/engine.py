@@ -4,9 +4,10 @@
 slot; rlpt.sampling.slots). Sequences wait in a queue; between decode chunks
 (``chunk_steps`` steps in one compiled loop) the host admits waiting
 sequences into free slots, caches their prompts ``prefill_len`` tokens at a
-time (once half the slots decode, a round's prefill calls stop at the first
-call that would be under half full or at filling every slot once: a long
-prompt never stalls them), and collects the turns that stopped. Its programs
+time (short first chunks packed several to a call row; once half the slots
+decode, a round's prefill calls stop at the first call that would be under
+half full or at filling every slot once: a long prompt never stalls them),
+and collects the turns that stopped. Its programs
 are a fixed set whatever the workload (rlpt.engine.programs).
 
 Multi-turn: a sequence whose turn stopped is *parked* in its slot with its
