@@ -99,8 +99,8 @@ def _timed(engine, params, prompts, keys, new_tokens):
   return turns, time.perf_counter() - t
 
 
-def _spread(x):
-  return f"{np.median(x):.0f} [{min(x):.0f}-{max(x):.0f}]"
+def _spread(x, digits=0):
+  return f"{np.median(x):.{digits}f} [{min(x):.{digits}f}-{max(x):.{digits}f}]"
 
 
 def main(_):
@@ -157,14 +157,10 @@ def main(_):
         f"{e_programs:>10}{e_kv / 2**20:>8.1f}")
   print(f"{'never-idle':<12}{_spread(rates['never-idle']):>28}{1.0:>14.2f}")
   ratio = lambda a, b: np.asarray(rates[a]) / np.asarray(rates[b])
-  print(f"engine / static, run by run: {_spread_ratio(ratio('engine', 'static'))}x; engine / "
-        f"never-idle: {_spread_ratio(ratio('engine', 'never-idle'))}; host overhead "
+  print(f"engine / static, run by run: {_spread(ratio('engine', 'static'), 2)}x; engine / "
+        f"never-idle: {_spread(ratio('engine', 'never-idle'), 2)}; host overhead "
         f"{1 - st['device_s'] / st['step_s']:.3f} of step time "
         f"({st['decode_chunks']} chunks, {st['prefill_calls']} prefill calls)")
-
-
-def _spread_ratio(x):
-  return f"{np.median(x):.2f} [{min(x):.2f}-{max(x):.2f}]"
 
 
 if __name__ == "__main__":

@@ -201,7 +201,7 @@ class EnginePrograms:
     """``cache`` with slot rows copied (``pairs`` of source, destination) over
     their first ``reach`` positions, ``prefill_batch`` pairs a call."""
     rows = self.cfg.prefill_batch
-    bound = min((b for b in self.copy if b >= reach), default=None)
+    bound = min(b for b in self.copy if b >= reach)
     for i in range(0, len(pairs), rows):
       src = np.full(rows, 0, np.int32)
       dst = np.full(rows, self.cfg.slots, np.int32)      # out of range: dropped

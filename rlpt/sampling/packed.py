@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlpt.sampling.fast import AnyKV, attention_with_lse, cached_forward
-from rlpt.sampling.quant import Int8KVCache, as_params, quantize_kv
+from rlpt.sampling.quant import Int8KVCache, as_params, dequantize_kv, quantize_kv
 
 
 class Packed(NamedTuple):
@@ -38,34 +38,35 @@ class Packed(NamedTuple):
   row_AxC: jax.Array
 
 
-def as_stored(store: AnyKV, x_AxCxKxH: jax.Array) -> jax.Array:
-  """Keys or values as a read of ``store`` returns them (fp32)."""
+def as_stored(store: AnyKV, x_AxCxKxH: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
+  """Keys or values as ``store`` holds them (int8 codes and scales, or the
+  store's dtype), and as a read of it returns them (fp32): quantized once."""
   if isinstance(store, Int8KVCache):
     q, scale = quantize_kv(x_AxCxKxH)
-    return q.astype(jnp.float32) * scale[..., None]
-  return x_AxCxKxH.astype(store.k[0].dtype).astype(jnp.float32)
+    return (q, scale), dequantize_kv(q, scale)
+  x = x_AxCxKxH.astype(store.k[0].dtype)
+  return (x,), x.astype(jnp.float32)
 
 
-def write_tokens(store: AnyKV, layer: int, k_AxCxKxH: jax.Array, v_AxCxKxH: jax.Array,
-                 row_AxC: jax.Array, position_AxC: jax.Array) -> AnyKV:
-  """Each token's key and value written at (its row, its position) of one layer
-  (keys [R, K, H, L], values [R, K, L, H], int8 scales [R, K, L]); rows out of
-  range are dropped."""
+def write_tokens(store: AnyKV, layer: int, k_held: tuple[jax.Array, ...],
+                 v_held: tuple[jax.Array, ...], row_AxC: jax.Array,
+                 position_AxC: jax.Array) -> AnyKV:
+  """Each token's key and value (as ``as_stored`` holds them) written at (its
+  row, its position) of one layer (keys [R, K, H, L], values [R, K, L, H],
+  int8 scales [R, K, L]); rows out of range are dropped."""
   row, pos = row_AxC.reshape(-1), position_AxC.reshape(-1)
-  flat = lambda x: x.reshape((-1,) + x.shape[2:])
 
   def put(bufs, new, axis):
     index = [row, slice(None), slice(None), slice(None)][:bufs[layer].ndim]
     index[axis] = pos
-    new = bufs[layer].at[tuple(index)].set(new.astype(bufs[layer].dtype), mode="drop")
-    return bufs[:layer] + (new,) + bufs[layer + 1:]
+    new = new.reshape((-1,) + new.shape[2:])
+    return bufs[:layer] + (bufs[layer].at[tuple(index)].set(new, mode="drop"),) + bufs[layer + 1:]
 
   if isinstance(store, Int8KVCache):
-    kq, ks = quantize_kv(flat(k_AxCxKxH))
-    vq, vs = quantize_kv(flat(v_AxCxKxH))
+    (kq, ks), (vq, vs) = k_held, v_held
     return Int8KVCache(put(store.k, kq, 3), put(store.v, vq, 2), put(store.k_scale, ks, 2),
                        put(store.v_scale, vs, 2))
-  return type(store)(put(store.k, flat(k_AxCxKxH), 3), put(store.v, flat(v_AxCxKxH), 2))
+  return type(store)(put(store.k, k_held[0], 3), put(store.v, v_held[0], 2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +78,11 @@ class PackedLayout:
     row = cache.row_AxC
     mask_AxCxC = ((row[:, None, :] == row[:, :, None])
                   & (positions_AxC[:, None, :] <= positions_AxC[:, :, None]))
-    k = jnp.transpose(as_stored(cache.store, k_AxCxKxH), (0, 2, 3, 1))
-    v = jnp.transpose(as_stored(cache.store, v_AxCxKxH), (0, 2, 1, 3))
-    out, _ = attention_with_lse(q_AxCxNxH, k, v, mask_AxCxC)
-    store = write_tokens(cache.store, layer, k_AxCxKxH, v_AxCxKxH, row, positions_AxC)
+    k_held, k = as_stored(cache.store, k_AxCxKxH)
+    v_held, v = as_stored(cache.store, v_AxCxKxH)
+    out, _ = attention_with_lse(q_AxCxNxH, jnp.transpose(k, (0, 2, 3, 1)),
+                                jnp.transpose(v, (0, 2, 1, 3)), mask_AxCxC)
+    store = write_tokens(cache.store, layer, k_held, v_held, row, positions_AxC)
     return out, cache._replace(store=store)
 
 
