@@ -3,8 +3,13 @@ and a fixed XLA:CPU thread count."""
 
 import os
 
+# XLA:CPU aborts the process when a collective's participants have not all
+# arrived after 40 s. The suite's 8 devices share 2 cores with the sandbox's
+# jobs and, in the asynchronous tests, with a second program on other threads,
+# so a slow arrival is load, not a hang: give it 10 minutes.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=8").strip()
+                           " --xla_force_host_platform_device_count=8"
+                           " --xla_cpu_collective_call_terminate_timeout_seconds=600").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # XLA:CPU splits reductions by its thread count: fixed, the suite computes the
 # same bits on hosts with any number of cores (as launch/ does, --cpu_threads).
@@ -33,7 +38,24 @@ if "RLPT_TEST_BASES" not in os.environ:
   os.environ["RLPT_TEST_BASES"] = _bases
 
 
+import faulthandler
+
 import pytest
+from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _crashes_keep_their_traceback(request):
+  """After each module, pytest's fault handler is installed again (every
+  thread's stack, to the terminal). Ray's driver replaces the fatal-signal
+  handlers with its own, which writes to the captured stderr, and leaves the
+  defaults when it shuts down, so a later crash would end the suite with no
+  word of where."""
+  yield
+  fd = request.config.stash.get(fault_handler_stderr_fd_key, None)
+  if fd is not None:
+    faulthandler.disable()
+    faulthandler.enable(file=fd, all_threads=True)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -7,6 +7,10 @@ import os
 
 import jax
 
+# How long a collective of emulated CPU devices may wait for its last device
+# before XLA:CPU ends the process (its default: 40 s).
+COLLECTIVE_WAIT_S = 600
+
 
 def set_cpu_devices(n: int) -> None:
   """Gives this process's CPU platform ``n`` XLA devices that each run their
@@ -15,6 +19,11 @@ def set_cpu_devices(n: int) -> None:
   On small CPU hosts this is the faster layout for small models (see
   benchmarks/workload.py); accelerators are unaffected. Call it before JAX
   starts; 1 leaves everything as it is.
+
+  The devices share the host's cores with each other, with a second program
+  (an asynchronous rollout's, on another thread) and with the environments'
+  processes, so a collective may wait long for its last device. XLA:CPU ends
+  the process when that wait passes 40 s; here it is 10 minutes.
   """
   if n < 1:
     raise ValueError(f"CPU devices must be >= 1, got {n}.")
@@ -29,7 +38,9 @@ def set_cpu_devices(n: int) -> None:
     raise ValueError(f"XLA_FLAGS already sets the CPU device count ('{flags}'); set {n} CPU "
                      "devices there or here, not both.")
   os.environ["XLA_FLAGS"] = (f"{flags} --xla_force_host_platform_device_count={n} "
-                             "--xla_cpu_multi_thread_eigen=false").strip()
+                             "--xla_cpu_multi_thread_eigen=false "
+                             f"--xla_cpu_collective_call_terminate_timeout_seconds={COLLECTIVE_WAIT_S}"
+                             ).strip()
 
 
 def set_cpu_threads(n: int) -> None:

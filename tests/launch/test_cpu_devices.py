@@ -41,6 +41,7 @@ def test_sets_devices_before_jax_starts():
   count, flags = r.stdout.split(" ", 1)
   assert count == "3"
   assert "--xla_cpu_multi_thread_eigen=false" in flags
+  assert "--xla_cpu_collective_call_terminate_timeout_seconds=600" in flags
 
 
 def test_refuses_after_jax_started_and_bad_values():
