@@ -7,8 +7,9 @@ import os
 
 import jax
 
-# How long a collective of emulated CPU devices may wait for its last device
-# before XLA:CPU ends the process (its default: 40 s).
+# How long after XLA:CPU's "stuck" warning (20 s) a collective of emulated CPU
+# devices may still wait for its last device before XLA ends the process (its
+# default: 40 s).
 COLLECTIVE_WAIT_S = 600
 
 
@@ -23,7 +24,8 @@ def set_cpu_devices(n: int) -> None:
   The devices share the host's cores with each other, with a second program
   (an asynchronous rollout's, on another thread) and with the environments'
   processes, so a collective may wait long for its last device. XLA:CPU ends
-  the process when that wait passes 40 s; here it is 10 minutes.
+  the process when that wait passes a minute (a warning at 20 s, the end 40 s
+  later); here the end comes 10 minutes after the warning.
   """
   if n < 1:
     raise ValueError(f"CPU devices must be >= 1, got {n}.")
