@@ -4,9 +4,10 @@ and a fixed XLA:CPU thread count."""
 import os
 
 # XLA:CPU aborts the process when a collective's participants have not all
-# arrived a minute after the first (a warning at 20 s, the end 40 s later). The suite's 8 devices share 2 cores with the sandbox's
-# jobs and, in the asynchronous tests, with a second program on other threads,
-# so a slow arrival is load, not a hang: give it 10 more minutes.
+# arrived a minute after the first (a warning at 20 s, the end 40 s later).
+# The suite's 8 devices share 2 cores with the sandbox's jobs and, in the
+# asynchronous tests, with a second program on other threads, so a slow
+# arrival is load, not a hang: give it 10 more minutes.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8"
                            " --xla_cpu_collective_call_terminate_timeout_seconds=600").strip()
