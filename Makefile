@@ -2,10 +2,17 @@
 #   make train   set up, then run the default RL experiment (CPU, minutes)
 #   make test    set up, then run the test suite
 
-PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# The JAX this machine needs (cpu, cuda12, cuda13, tpu; launch/accelerator.py
+# says how it decides) and an interpreter JAX supports (>= 3.12). Override either:
+#   make setup ACCEL=cuda12 PYTHON=/usr/bin/python3.12
+# ACCEL=system keeps the JAX and jaxlib the interpreter already has (a cloud
+# image's, a benchmark machine's; JAX >= 0.11.1) and installs the rest.
+ACCEL ?= $(shell python3 launch/accelerator.py)
+PYTHON ?= $(shell python3 launch/accelerator.py --python)
+LOCK := $(if $(filter system,$(ACCEL)),requirements.txt,launch/locks/$(ACCEL).txt)
+STAMP := $(VENV)/.installed-$(ACCEL)
 ROOTPATH := $(VENV)/.checkout-path
 WORKDIR ?= runs/grpo_default
 CONFIG ?= experiments/grpo_default.py
@@ -19,10 +26,21 @@ setup: system $(STAMP) $(ROOTPATH)
 system:
 	@bash launch/setup_system.sh
 
-$(STAMP): requirements.txt
-	$(PYTHON) -m venv $(VENV)
+$(STAMP): requirements.txt $(LOCK)
+	@test -n "$(ACCEL)" -a -n "$(PYTHON)" || { python3 launch/accelerator.py --python >/dev/null \
+	  && python3 launch/accelerator.py >/dev/null; exit 2; }
+	@python3 launch/accelerator.py --explain >/dev/null
+	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+	  echo "setup: $(VENV) has Python < 3.12; making it again with $(PYTHON)"; rm -rf $(VENV); fi
+	$(PYTHON) -m venv $(if $(filter system,$(ACCEL)),--system-site-packages) $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+ifeq ($(ACCEL),system)
+	grep -v -E '^(jax|jaxlib)==' requirements.txt > $(VENV)/requirements-system.txt
+	$(VENV)/bin/pip install --quiet -r $(VENV)/requirements-system.txt
+else
+	$(VENV)/bin/pip install --quiet -r $(LOCK)
+endif
+	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
 # The checkout on the environment's path: `python -m launch.plan` (and every
