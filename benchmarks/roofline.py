@@ -9,6 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 
 
+# TinyLlama's shape (a Llama-shaped 1.1B model): the device benchmarks' policy.
+LLAMA_1B = dict(vocab_size=32000, d_model=2048, num_layers=22, num_heads=32, num_kv_heads=4,
+                head_dim=64, mlp_dim=5632)
+
+
 def matmul_roofline() -> float:
   """fp32 GFLOP/s of large matmuls on this machine, one 1024^3 per device at
   once (every device busy, as in the workload; best of 5)."""

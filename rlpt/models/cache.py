@@ -39,15 +39,21 @@ def init_cache(cfg: ModelConfig, batch: int, length: int) -> KVCache:
                  tuple(jnp.zeros((b, k, length, h), dt) for _ in range(n)))
 
 
-def write_kv(cache: jax.Array, new_BxTxKxH: jax.Array, index_B: jax.Array,
-             keys: bool = False) -> jax.Array:
-  """Writes each row's T new values (``keys``: keys) at that row's slot ``index_B``.
+def write_kv(cache: jax.Array, new_BxTxKxH: jax.Array, index, keys: bool = False) -> jax.Array:
+  """Writes each row's T new values (``keys``: keys) at slot ``index``.
 
   ``cache`` is one layer: [B, K, S, H] values or, with ``keys``, [B, K, H, S].
+  ``index``: each row's slot [B] (one scatter), or a scalar: the same slot for
+  every row, one dynamic-update-slice, which every backend does in place and
+  XLA's cost model counts as the bytes written (a scatter it counts as a read
+  and a write of the whole buffer).
   """
   axes, slot = ((0, 2, 3, 1), 2) if keys else ((0, 2, 1, 3), 1)
+  new = jnp.transpose(new_BxTxKxH, axes).astype(cache.dtype)
+  if jnp.ndim(index) == 0:
+    return jax.lax.dynamic_update_slice_in_dim(cache, new, index, axis=slot + 1)
   row = lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=slot)
-  return jax.vmap(row)(cache, jnp.transpose(new_BxTxKxH, axes).astype(cache.dtype), index_B)
+  return jax.vmap(row)(cache, new, index)
 
 
 def causal_mask(positions_BxT: jax.Array, key_positions_BxS: jax.Array,

@@ -25,6 +25,15 @@ from rlpt.config.model import ModelConfig
 from rlpt.sharding import constrain
 
 
+def project(eq: str, x, w, dtype):
+  """``einsum(eq, x, w)`` with both operands in ``dtype``, accumulated in fp32
+  and rounded to ``dtype`` once (what the matrix units do). Stated explicitly,
+  so no backend widens a bf16 weight to an fp32 copy first, and a bf16 decode
+  step reads each weight's two bytes once."""
+  return jnp.einsum(eq, x.astype(dtype), w.astype(dtype),
+                    preferred_element_type=jnp.float32).astype(dtype)
+
+
 def _param(rngs: nnx.Rngs, shape, axes, scale: float) -> nnx.Param:
   return nnx.Param(jax.random.normal(rngs.params(), shape, jnp.float32) * scale, axes=axes)
 
@@ -212,16 +221,16 @@ class Attention(nnx.Module):
     else:
       out, new_kv = self._dense(q, k, v, positions_BxT, mask_BxTxS, cache_kv, write_index_B,
                                 window, scale)
-    y = jnp.einsum("btnh,nhd->btd", out, self.wo[...].astype(cfg.jnp_dtype))
+    y = project("btnh,nhd->btd", out, self.wo[...], cfg.jnp_dtype)
     return y, new_kv
 
   def _qkv(self, x_BxTxD, positions_BxT):
     """This block's queries, keys and values: projections, biases, norms, RoPE."""
     cfg = self.cfg
     dt = cfg.jnp_dtype
-    q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.wq[...].astype(dt))
-    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wk[...].astype(dt))
-    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.wv[...].astype(dt))
+    q = project("btd,dnh->btnh", x_BxTxD, self.wq[...], dt)
+    k = project("btd,dkh->btkh", x_BxTxD, self.wk[...], dt)
+    v = project("btd,dkh->btkh", x_BxTxD, self.wv[...], dt)
     if cfg.qkv_bias:
       q = q + self.bq[...].astype(dt)
       k = k + self.bk[...].astype(dt)
@@ -266,14 +275,14 @@ class MLP(nnx.Module):
     # Gate and up in one matmul over stacked weights (on CPU one [D, 2F] product
     # is faster than two [D, F] ones; stacking keeps the mlp sharding).
     w_DxCxF = jnp.stack([self.w_gate[...], self.w_up[...]], axis=1).astype(dt)
-    gu = jnp.einsum("btd,dcf->btcf", x_BxTxD, w_DxCxF)
+    gu = project("btd,dcf->btcf", x_BxTxD, w_DxCxF, dt)
     gate, up = gu[..., 0, :], gu[..., 1, :]
     if self.cfg.mlp_activation == "gelu_tanh":
       act = jax.nn.gelu(gate, approximate=True)
     else:
       act = jax.nn.silu(gate)
     h = constrain(act * up, ("batch", "seq", "mlp"))
-    return jnp.einsum("btf,fd->btd", h, self.w_down[...].astype(dt))
+    return project("btf,fd->btd", h, self.w_down[...], dt)
 
 
 class Block(nnx.Module):
@@ -362,15 +371,22 @@ class Transformer(nnx.Module):
   def head(self, h_BxTxD: jax.Array) -> jax.Array:
     """fp32 logits [B, T, V] of final hidden states: the output projection (tied
     or not) and the final soft cap. Scoring passes call it on chunks of the
-    sequence (rlpt.scoring) so the whole [T, V] block never exists."""
-    h = h_BxTxD.astype(jnp.float32)
+    sequence (rlpt.scoring) so the whole [T, V] block never exists.
+
+    Like every projection, in the compute dtype with fp32 accumulation: the
+    trainer (fp32 master weights) and a sampler holding a bf16 copy compute
+    the same logits, and a bf16 decode step reads the head's two bytes a
+    weight instead of widening it to fp32."""
+    dt = self.cfg.jnp_dtype
     if self.cfg.tie_embeddings:
       # Tied explicitly (no shared Variable) so the model also works in tree mode.
-      logits = jnp.einsum("btd,vd->btv", h, self.decoder.embed[...])
+      logits = jnp.einsum("btd,vd->btv", h_BxTxD.astype(dt), self.decoder.embed[...].astype(dt),
+                          preferred_element_type=jnp.float32)
       if self.cfg.scale_tied_head:
         logits = logits * self.cfg.d_model ** -0.5
     else:
-      logits = jnp.einsum("btd,dv->btv", h, self.lm_head[...])
+      logits = jnp.einsum("btd,dv->btv", h_BxTxD.astype(dt), self.lm_head[...].astype(dt),
+                          preferred_element_type=jnp.float32)
     if self.cfg.final_logit_softcap:
       cap = self.cfg.final_logit_softcap
       logits = jnp.tanh(logits / cap) * cap

@@ -58,8 +58,10 @@ class RolloutSampling:
       self.sampler = Sampler(graphdef, model_cfg, *args, decode_phases=phases)
     else:
       try:
-        self.sampler = FastSampler(graphdef, model_cfg, *args, FlatLayout(ro.kv_int8),
-                                   phases)
+        # Rows in lockstep: each step writes one slot of every row in place
+        # (rlpt.sampling.prefix; benchmarks/decode_bytes.py measures it).
+        self.sampler = FastSampler(graphdef, model_cfg, *args,
+                                   PrefixLayout(1, ro.kv_int8, aligned=True), phases)
       except ValueError as e:
         raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
       if ro.weights_int8:
@@ -70,8 +72,8 @@ class RolloutSampling:
       if ro.share_prefix and ro.group_size > 1:
         check_batch(ro.prompts_per_step, mesh, rules,
                     "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
-        grouped = FastSampler(graphdef, model_cfg, *args, PrefixLayout(ro.group_size, ro.kv_int8),
-                              phases)
+        grouped = FastSampler(graphdef, model_cfg, *args,
+                              PrefixLayout(ro.group_size, ro.kv_int8, aligned=True), phases)
         # Grouped rollouts sample at the training temperature only.
         self.group_generate_fns = {
             modes[0]: jit_sampler(programs, grouped, modes[0], param_sh, mesh, rules)}

@@ -39,8 +39,7 @@ from flax import nnx
 
 from rlpt.models import KVCache, ModelConfig, init_cache, write_kv
 from rlpt.sampling.logits import SamplingParams, sample_token
-from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, dequantize_kv,
-                                 init_int8_cache, quantize_kv)
+from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, init_int8_cache, quantize_kv)
 from rlpt.sampling.sampler import SampleOutput, check_decode_phases, decode_bounds, grow_slots
 
 AnyKV = KVCache | Int8KVCache
@@ -48,7 +47,8 @@ AnyKV = KVCache | Int8KVCache
 
 def write_layer(cache: AnyKV, layer: int, k_BxTxKxH: jax.Array, v_BxTxKxH: jax.Array,
                 slot_B: jax.Array) -> AnyKV:
-  """Writes T new keys/values of each row at that row's slot (in place under jit)."""
+  """Writes T new keys/values of each row at that row's slot [B], or at one
+  slot for every row (a scalar; see rlpt.models.write_kv), in place under jit."""
 
   def put(bufs, new_BxTx, keys=False):
     if new_BxTx.ndim == 3:  # int8 scales [B, T, K] -> [B, K, S]
@@ -65,45 +65,73 @@ def write_layer(cache: AnyKV, layer: int, k_BxTxKxH: jax.Array, v_BxTxKxH: jax.A
   return KVCache(put(cache.k, k_BxTxKxH, keys=True), put(cache.v, v_BxTxKxH))
 
 
-def read_layer(cache: AnyKV, layer: int) -> tuple[jax.Array, jax.Array]:
-  """One layer's keys [B, K, H, S] and values [B, K, S, H] in fp32."""
+class LayerKV(NamedTuple):
+  """One layer's cache as stored: keys [B, K, H, S] and values [B, K, S, H] in
+  the cache's dtype, and for an int8 cache their fp32 scales [B, K, S] (else
+  None). Attention reads these directly: no widened copy of a cache exists."""
+
+  k: jax.Array
+  v: jax.Array
+  k_scale: jax.Array | None = None
+  v_scale: jax.Array | None = None
+
+  @property
+  def length(self) -> int:
+    return self.v.shape[2]
+
+
+def read_layer(cache: AnyKV, layer: int) -> LayerKV:
+  """Layer ``layer`` of a cache, as stored."""
   if isinstance(cache, Int8KVCache):
-    k = cache.k[layer].astype(jnp.float32) * cache.k_scale[layer][:, :, None, :]
-    return k, dequantize_kv(cache.v[layer], cache.v_scale[layer])
-  return cache.k[layer].astype(jnp.float32), cache.v[layer].astype(jnp.float32)
+    return LayerKV(cache.k[layer], cache.v[layer], cache.k_scale[layer], cache.v_scale[layer])
+  return LayerKV(cache.k[layer], cache.v[layer])
 
 
-def attention_with_lse(q_BxTxNxH, k_BxKxHxS, v_BxKxSxH,
-                       mask_BxTxS) -> tuple[jax.Array, jax.Array]:
-  """Softmax attention in fp32 that also returns the log-sum-exp of the scores.
+def attention_with_lse(q_BxTxNxH, kv: LayerKV, mask_BxTxS) -> tuple[jax.Array, jax.Array]:
+  """Softmax attention over a cache layer that also returns the log-sum-exp.
 
-  Keys [B, K, H, S] and values [B, K, S, H] (a cache layer, ``read_layer``).
-  Returns (out [B, T, N, H] normalised over the visible keys, lse [B, T, N]).
-  A query that sees no key gets out 0 and lse -inf, so it drops out of a
-  log-sum-exp merge (``merge_attention``). One query per row (decode) drops
-  the T axis, so that both products are plain batched matmuls.
+  Both products take their operands in the queries' dtype (the model's: bf16
+  or fp32) and accumulate in fp32, as a flash kernel does: a bf16 cache is read
+  as its two bytes a value, never widened to an fp32 copy. An int8 cache is
+  read as its codes; its scales multiply the scores (keys) and the
+  probabilities (values), which is the same sum as dequantizing first. The
+  softmax is in fp32. Returns (out [B, T, N, H] fp32, normalised over the
+  visible keys, lse [B, T, N]). A query that sees no key gets out 0 and lse
+  -inf, so it drops out of a log-sum-exp merge (``merge_attention``). One
+  query per row (decode) drops the T axis, so that both products are plain
+  batched matmuls.
   """
   b, t, n, h = q_BxTxNxH.shape
-  kh = k_BxKxHxS.shape[1]
-  q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32) * jnp.float32(h ** -0.5)
-  k, v = k_BxKxHxS.astype(jnp.float32), v_BxKxSxH.astype(jnp.float32)
+  kh = kv.k.shape[1]
+  dt = q_BxTxNxH.dtype if jnp.issubdtype(q_BxTxNxH.dtype, jnp.floating) else jnp.float32
+  q = (q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
+       * jnp.float32(h ** -0.5)).astype(dt)
+  dot = lambda eq, x, y: jnp.einsum(eq, x, y.astype(dt), preferred_element_type=jnp.float32)
   # scores: [B, K, G, S] for one query per row, else [B, K, G, T, S].
   if t == 1:
-    scores = jnp.einsum("bkgh,bkhs->bkgs", q[:, 0], k)
-    scores = jnp.where(mask_BxTxS[:, :, None], scores, -jnp.inf)
+    scores = dot("bkgh,bkhs->bkgs", q[:, 0], kv.k)
+    scale_axes = (slice(None), slice(None), None)
+    mask = mask_BxTxS[:, :, None]
   else:
-    scores = jnp.einsum("btkgh,bkhs->bkgts", q, k)
-    scores = jnp.where(mask_BxTxS[:, None, None], scores, -jnp.inf)
+    scores = dot("btkgh,bkhs->bkgts", q, kv.k)
+    scale_axes = (slice(None), slice(None), None, None)
+    mask = mask_BxTxS[:, None, None]
+  if kv.k_scale is not None:
+    scores = scores * kv.k_scale[scale_axes]
+  scores = jnp.where(mask, scores, -jnp.inf)
   m = jnp.max(scores, axis=-1, keepdims=True)
   m = jnp.where(jnp.isfinite(m), m, 0.0)
   p = jnp.exp(scores - m)
   denom = jnp.sum(p, axis=-1, keepdims=True)
   p = p / jnp.where(denom == 0, 1.0, denom)
   lse = (m + jnp.log(denom))[..., 0]
+  if kv.v_scale is not None:
+    p = p * kv.v_scale[scale_axes]
+  p = p.astype(dt)
   if t == 1:
-    out = jnp.einsum("bkgs,bksh->bkgh", p, v)
+    out = dot("bkgs,bksh->bkgh", p, kv.v)
     return out.reshape(b, 1, n, h), lse.reshape(b, 1, n)
-  out = jnp.einsum("bkgts,bksh->btkgh", p, v)
+  out = dot("bkgts,bksh->btkgh", p, kv.v)
   return out.reshape(b, t, n, h), jnp.moveaxis(lse, 3, 1).reshape(b, t, n)
 
 
@@ -159,9 +187,9 @@ class FlatLayout:
 
   def attend(self, cache: AnyKV, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT):
     cache = write_layer(cache, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0])
-    k, v = read_layer(cache, layer)
-    mask_BxTxS = jnp.arange(v.shape[2])[None, None, :] <= positions_BxT[:, :, None]
-    out, _ = attention_with_lse(q_BxTxNxH, k, v, mask_BxTxS)
+    kv = read_layer(cache, layer)
+    mask_BxTxS = jnp.arange(kv.length)[None, None, :] <= positions_BxT[:, :, None]
+    out, _ = attention_with_lse(q_BxTxNxH, kv, mask_BxTxS)
     return out, cache
 
   def prefill(self, graphdef, cfg: ModelConfig, params, prompts_PxL, lengths_P,
@@ -178,7 +206,9 @@ class FlatLayout:
     return cache
 
 
-class _LoopState(NamedTuple):
+class DecodeLoopState(NamedTuple):
+  """The generate loop's carry (one decode step maps it to the next)."""
+
   step: jax.Array
   tokens_BxN: jax.Array
   logprobs_BxN: jax.Array
@@ -232,6 +262,29 @@ def start_rows(prompts_PxL, lengths_P, group_size: int):
   return jnp.repeat(last_P, group_size), jnp.repeat(lengths_P - 1, group_size)
 
 
+def decode_step(sampler: FastSampler, params, s: DecodeLoopState, sampling: SamplingParams):
+  """One decode step of every row: cache the pending tokens, sample the next.
+
+  The body of the generate loop, and the program benchmarks/decode_bytes.py
+  measures. ``params`` as ``cached_forward`` takes them.
+  """
+  logits, cache = cached_forward(sampler.graphdef, params, s.pending_B[:, None],
+                                 s.position_B[:, None], s.cache, sampler.layout)
+  rng, sub = jax.random.split(s.rng)
+  tok_B, logp_B = sample_token(sub, logits[:, 0], sampling)
+  tok_B = jnp.where(s.done_B, sampler.pad_id, tok_B)
+  logp_B = jnp.where(s.done_B, 0.0, logp_B)
+  tokens = jax.lax.dynamic_update_slice_in_dim(s.tokens_BxN, tok_B[:, None], s.step, axis=1)
+  logprobs = jax.lax.dynamic_update_slice_in_dim(s.logprobs_BxN, logp_B[:, None], s.step, 1)
+  active = ~s.done_B
+  stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
+  # Finished rows keep stepping (their writes land past their own positions,
+  # where no query of theirs looks): every row's position moves with the step,
+  # which an ``aligned`` layout relies on to write all rows at one slot.
+  return DecodeLoopState(s.step + 1, tokens, logprobs, s.done_B | jnp.isin(tok_B, stop_ids),
+                         s.lengths_B + active, s.position_B + 1, tok_B, cache, rng)
+
+
 @functools.partial(jax.jit, static_argnums=(0, 5))
 def _fast_generate(sampler: FastSampler, params, prompts_PxL, lengths_P, rng,
                    sampling: SamplingParams) -> SampleOutput:
@@ -244,24 +297,11 @@ def _fast_generate(sampler: FastSampler, params, prompts_PxL, lengths_P, rng,
                          bounds[0] + 1)
   pending_B, position_B = start_rows(prompts_PxL, lengths_P, layout.group_size)
   b = pending_B.shape[0]
-  stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
-
-  def body(s: _LoopState):
-    logits, cache = cached_forward(sampler.graphdef, params, s.pending_B[:, None],
-                                   s.position_B[:, None], s.cache, layout)
-    rng, sub = jax.random.split(s.rng)
-    tok_B, logp_B = sample_token(sub, logits[:, 0], sampling)
-    tok_B = jnp.where(s.done_B, sampler.pad_id, tok_B)
-    logp_B = jnp.where(s.done_B, 0.0, logp_B)
-    tokens = jax.lax.dynamic_update_slice_in_dim(s.tokens_BxN, tok_B[:, None], s.step, axis=1)
-    logprobs = jax.lax.dynamic_update_slice_in_dim(s.logprobs_BxN, logp_B[:, None], s.step, 1)
-    active = ~s.done_B
-    return _LoopState(s.step + 1, tokens, logprobs, s.done_B | jnp.isin(tok_B, stop_ids),
-                      s.lengths_B + active, s.position_B + active, tok_B, cache, rng)
-
-  state = _LoopState(jnp.zeros((), jnp.int32), jnp.full((b, n_new), sampler.pad_id, jnp.int32),
-                     jnp.zeros((b, n_new), jnp.float32), jnp.zeros((b,), bool),
-                     jnp.zeros((b,), jnp.int32), position_B, pending_B, cache, rng)
+  body = functools.partial(decode_step, sampler, params, sampling=sampling)
+  state = DecodeLoopState(jnp.zeros((), jnp.int32),
+                          jnp.full((b, n_new), sampler.pad_id, jnp.int32),
+                          jnp.zeros((b, n_new), jnp.float32), jnp.zeros((b,), bool),
+                          jnp.zeros((b,), jnp.int32), position_B, pending_B, cache, rng)
   for j, end in enumerate(bounds):
     if j:
       state = state._replace(cache=layout.grow(state.cache, end - bounds[j - 1]))

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlpt.sampling.fast import AnyKV, attention_with_lse, cached_forward
+from rlpt.sampling.fast import AnyKV, LayerKV, attention_with_lse, cached_forward
 from rlpt.sampling.quant import Int8KVCache, as_params, dequantize_kv, quantize_kv
 
 
@@ -80,8 +80,8 @@ class PackedLayout:
                   & (positions_AxC[:, None, :] <= positions_AxC[:, :, None]))
     k_held, k = as_stored(cache.store, k_AxCxKxH)
     v_held, v = as_stored(cache.store, v_AxCxKxH)
-    out, _ = attention_with_lse(q_AxCxNxH, jnp.transpose(k, (0, 2, 3, 1)),
-                                jnp.transpose(v, (0, 2, 1, 3)), mask_AxCxC)
+    out, _ = attention_with_lse(q_AxCxNxH, LayerKV(jnp.transpose(k, (0, 2, 3, 1)),
+                                                   jnp.transpose(v, (0, 2, 1, 3))), mask_AxCxC)
     store = write_tokens(cache.store, layer, k_held, v_held, row, positions_AxC)
     return out, cache._replace(store=store)
 

@@ -17,6 +17,13 @@ are valid); the last prompt token is the first pending token of every row,
 so it lives in each row's suffix (slot 0 = position prefix_len). A row's
 suffix slot j holds position prefix_len + j.
 
+Lockstep (``aligned``): when every row caches its j-th suffix token at the
+same step (the static sampler's loop, where even finished rows keep
+stepping), step j writes suffix slot j of all rows at once: one in-place
+dynamic-update-slice instead of a scatter of per-row slots. With
+group_size 1 this is the static fast sampler's layout: a row's prompt and
+what it generates in two parts, each written once, read each step.
+
 Saving (fp32, per layer, per kv head): P * (G * (S_p + N) -> S_p + G * N)
 entries for prompt width S_p and N new tokens, and a prefill of P rows
 instead of P * G (a 16x smaller prefill for a group of 16).
@@ -53,10 +60,15 @@ class PrefixCache(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class PrefixLayout:
-  """Cache layout for ``group_size`` rows per prompt sharing the prompt's cache."""
+  """Cache layout for ``group_size`` rows per prompt sharing the prompt's cache.
+
+  ``aligned``: rows step in lockstep (see the module docstring); only a loop
+  that keeps every row stepping may set it (rlpt.sampling.fast.FastSampler).
+  """
 
   group_size: int
   kv_int8: bool = False
+  aligned: bool = False
 
   def __post_init__(self):
     if self.group_size < 1:
@@ -78,30 +90,35 @@ class PrefixLayout:
     p, g = cache.prefix_len_P.shape[0], self.group_size
 
     def prefix():
-      kp, vp = read_layer(cache.prefix, layer)
+      kv = read_layer(cache.prefix, layer)
       mask_PxQxS = jnp.broadcast_to(
-          jnp.arange(vp.shape[2])[None, None, :] < cache.prefix_len_P[:, None, None],
-          (p, g * t, vp.shape[2]))
-      out, lse = attention_with_lse(q_BxTxNxH.reshape(p, g * t, n, h), kp, vp, mask_PxQxS)
+          jnp.arange(kv.length)[None, None, :] < cache.prefix_len_P[:, None, None],
+          (p, g * t, kv.length))
+      out, lse = attention_with_lse(q_BxTxNxH.reshape(p, g * t, n, h), kv, mask_PxQxS)
       return out.reshape(b, t, n, h), lse.reshape(b, t, n)
 
+    prefix_len_B = jnp.repeat(cache.prefix_len_P, g)
+    slot = positions_BxT[0, 0] - prefix_len_B[0] if self.aligned else None
     out, suffix = split_attention(cache.suffix, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH,
-                                  positions_BxT, jnp.repeat(cache.prefix_len_P, g), prefix)
+                                  positions_BxT, prefix_len_B, prefix, slot)
     return out, cache._replace(suffix=suffix)
 
 
 def split_attention(suffix: AnyKV, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT,
-                    prefix_len_B, prefix_attention):
+                    prefix_len_B, prefix_attention, slot=None):
   """Attention over a row's prefix and its own suffix, merged by log-sum-exp.
 
-  Writes the new keys/values into ``suffix`` (slot = position - prefix length),
-  attends over the suffix's positions up to each query's, and merges with
+  Writes the new keys/values into ``suffix`` (slot = position - prefix length;
+  ``slot``: that slot as one scalar, when it is every row's), attends over the
+  suffix's positions up to each query's, and merges with
   ``prefix_attention()`` -> (out, lse) over the prefix's keys. Returns (out,
   suffix)."""
-  suffix = write_layer(suffix, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0] - prefix_len_B)
-  ks, vs = read_layer(suffix, layer)
-  key_pos_BxS = prefix_len_B[:, None] + jnp.arange(vs.shape[2])[None, :]
-  o_suf, lse_suf = attention_with_lse(q_BxTxNxH, ks, vs,
+  if slot is None:
+    slot = positions_BxT[:, 0] - prefix_len_B
+  suffix = write_layer(suffix, layer, k_BxTxKxH, v_BxTxKxH, slot)
+  kv = read_layer(suffix, layer)
+  key_pos_BxS = prefix_len_B[:, None] + jnp.arange(kv.length)[None, :]
+  o_suf, lse_suf = attention_with_lse(q_BxTxNxH, kv,
                                       key_pos_BxS[:, None, :] <= positions_BxT[:, :, None])
   o_pre, lse_pre = prefix_attention()
   return merge_attention(o_pre, lse_pre, o_suf, lse_suf), suffix
@@ -132,10 +149,10 @@ class StoredPrefixLayout:
     def prefix():
       one = type(cache.store)(*((jnp.take(f[layer], cache.row_B, axis=0, mode="clip"),)
                                 for f in cache.store))
-      kp, vp = read_layer(one, 0)
+      kv = read_layer(one, 0)
       mask_BxTxS = jnp.broadcast_to(
-          jnp.arange(vp.shape[2])[None, None, :] < cache.len_B[:, None, None], (b, t, vp.shape[2]))
-      return attention_with_lse(q_BxTxNxH, kp, vp, mask_BxTxS)
+          jnp.arange(kv.length)[None, None, :] < cache.len_B[:, None, None], (b, t, kv.length))
+      return attention_with_lse(q_BxTxNxH, kv, mask_BxTxS)
 
     out, rows = split_attention(cache.rows, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH,
                                 positions_BxT, cache.len_B, prefix)

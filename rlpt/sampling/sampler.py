@@ -48,7 +48,9 @@ class SampleOutput(NamedTuple):
   lengths: jax.Array
 
 
-class _DecodeState(NamedTuple):
+class DecodeState(NamedTuple):
+  """The decode loop's carry."""
+
   step: jax.Array            # scalar int32: tokens generated so far
   tokens_BxN: jax.Array
   logprobs_BxN: jax.Array
@@ -110,7 +112,7 @@ class Sampler:
     cache = _constrain_cache(init_cache(self.model_cfg, b, length))
     logits_BxV, cache = _prefill(self, params, jnp.asarray(prompts_BxP, jnp.int32),
                                  jnp.asarray(prompt_lengths_B, jnp.int32), cache)
-    state = _DecodeState(
+    state = DecodeState(
         step=jnp.zeros((), jnp.int32),
         tokens_BxN=jnp.full((b, self.max_new_tokens), self.pad_id, jnp.int32),
         logprobs_BxN=jnp.zeros((b, self.max_new_tokens), jnp.float32),
@@ -188,7 +190,7 @@ def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
   return last, cache
 
 
-def _decode_impl(sampler: Sampler, params, state: _DecodeState, sampling: SamplingParams):
+def _decode_impl(sampler: Sampler, params, state: DecodeState, sampling: SamplingParams):
   model = nnx.merge(sampler.graphdef, params)
   stop_ids = jnp.asarray(sampler.stop_ids, jnp.int32)
   bounds = decode_bounds(sampler.max_new_tokens, sampler.decode_phases)
@@ -204,29 +206,33 @@ _decode = jax.jit(_decode_impl, static_argnums=(0, 3), donate_argnums=2)
 _decode_growing = jax.jit(_decode_impl, static_argnums=(0, 3))
 
 
-def _decode_phase(sampler: Sampler, model, state: _DecodeState, sampling: SamplingParams,
-                  stop_ids: jax.Array, end: int) -> _DecodeState:
+def _decode_phase(sampler: Sampler, model, state: DecodeState, sampling: SamplingParams,
+                  stop_ids: jax.Array, end: int) -> DecodeState:
   """Decode steps until step ``end`` (or every row is done) over the cache as it is."""
-  b = state.done_B.shape[0]
-  s_len = state.cache.length
-  key_pos_BxS = jnp.broadcast_to(jnp.arange(s_len, dtype=jnp.int32), (b, s_len))
-
-  def cond(s: _DecodeState):
+  def cond(s: DecodeState):
     return (s.step < end) & ~jnp.all(s.done_B)
 
-  def body(s: _DecodeState):
-    rng, sub = jax.random.split(s.rng)
-    tok_B, logp_B = sample_token(sub, s.logits_BxV, sampling)
-    tok_B = jnp.where(s.done_B, sampler.pad_id, tok_B)
-    logp_B = jnp.where(s.done_B, 0.0, logp_B)
-    tokens = jax.lax.dynamic_update_slice_in_dim(s.tokens_BxN, tok_B[:, None], s.step, axis=1)
-    logprobs = jax.lax.dynamic_update_slice_in_dim(s.logprobs_BxN, logp_B[:, None], s.step, axis=1)
-    lengths = s.lengths_B + (~s.done_B).astype(jnp.int32)
-    done = s.done_B | jnp.isin(tok_B, stop_ids)
-    pos_Bx1 = s.position_B[:, None]
-    mask = None if sampler.long_context else causal_mask(pos_Bx1, key_pos_BxS)
-    logits_Bx1xV, cache = model(tok_B[:, None], pos_Bx1, mask, s.cache, s.position_B)
-    return _DecodeState(s.step + 1, tokens, logprobs, done, lengths, s.position_B + 1,
-                        logits_Bx1xV[:, 0], cache, rng)
-
+  body = functools.partial(decode_step, sampler, model, sampling=sampling, stop_ids=stop_ids)
   return jax.lax.while_loop(cond, body, state)
+
+
+def decode_step(sampler: Sampler, model, s: DecodeState, sampling: SamplingParams,
+                stop_ids: jax.Array) -> DecodeState:
+  """One decode step of every row: sample from the pending logits, cache the
+  token, compute the next logits. The loop's body, and the program
+  benchmarks/decode_bytes.py measures."""
+  b, s_len = s.done_B.shape[0], s.cache.length
+  rng, sub = jax.random.split(s.rng)
+  tok_B, logp_B = sample_token(sub, s.logits_BxV, sampling)
+  tok_B = jnp.where(s.done_B, sampler.pad_id, tok_B)
+  logp_B = jnp.where(s.done_B, 0.0, logp_B)
+  tokens = jax.lax.dynamic_update_slice_in_dim(s.tokens_BxN, tok_B[:, None], s.step, axis=1)
+  logprobs = jax.lax.dynamic_update_slice_in_dim(s.logprobs_BxN, logp_B[:, None], s.step, axis=1)
+  lengths = s.lengths_B + (~s.done_B).astype(jnp.int32)
+  done = s.done_B | jnp.isin(tok_B, stop_ids)
+  pos_Bx1 = s.position_B[:, None]
+  key_pos_BxS = jnp.broadcast_to(jnp.arange(s_len, dtype=jnp.int32), (b, s_len))
+  mask = None if sampler.long_context else causal_mask(pos_Bx1, key_pos_BxS)
+  logits_Bx1xV, cache = model(tok_B[:, None], pos_Bx1, mask, s.cache, s.position_B)
+  return DecodeState(s.step + 1, tokens, logprobs, done, lengths, s.position_B + 1,
+                      logits_Bx1xV[:, 0], cache, rng)

@@ -142,6 +142,9 @@ class SpeculativeSampler:
     check_model_cfg(self.draft_cfg)
     if self.gamma < 1:
       raise ValueError(f"gamma must be >= 1, got {self.gamma}.")
+    if getattr(self.layout, "aligned", False):
+      raise ValueError(f"speculative rows accept different numbers of tokens, so they do not "
+                       f"step in lockstep: use a layout with aligned=False, got {self.layout}.")
     if self.draft_cfg.vocab_size != self.target_cfg.vocab_size:
       raise ValueError(f"draft vocab_size ({self.draft_cfg.vocab_size}) must equal the "
                        f"target's ({self.target_cfg.vocab_size}).")

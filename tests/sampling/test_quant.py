@@ -139,4 +139,5 @@ def test_cached_forward_tied_head_equals_model(scale):
   pos = jnp.broadcast_to(jnp.arange(12), (2, 12))
   got, _ = cached_forward(graphdef, params, tokens, pos, FlatLayout().init(cfg, 2, 12),
                           FlatLayout())
-  np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=2e-5, rtol=0)
+  # Unscaled tied logits reach ~100: fp32 summation order is worth 1e-6 relative there.
+  np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=2e-5, rtol=1e-6)
