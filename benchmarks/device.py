@@ -1,15 +1,55 @@
 r"""rlpt on one accelerator: each figure next to the physical limit that binds it.
 
-    python benchmarks/device.py --out=runs/device          # full shapes (one H200: < 8 min)
+    python benchmarks/device.py --out=runs/device          # full shapes, 480 s budget on an accelerator
     python benchmarks/device.py --quick --out=/tmp/device  # tiny shapes, any machine (CPU: < 2 min)
     python benchmarks/device.py --parts=decode,attention   # a subset
+    python benchmarks/device.py --budget_s=900             # a longer budget (<= 0: none)
 
 Runs on the first device JAX sees and prints one JSON line per figure (also
-written to OUT/device.jsonl; OUT/summary.json holds the run's facts). Every
-line has ``figure``, ``value`` and ``unit``, the ``limit`` it is measured
-against with ``limit_unit`` and ``limit_source``, and ``of_limit``: the
-fraction of the limit reached (value / limit for rates, limit / value for
-times), so 1.0 is the machine's physics.
+written to OUT/device.jsonl as it comes, so a run cut short keeps every figure
+it reached; OUT/summary.json holds the run's facts). Every figure line has
+``figure``, ``value`` and ``unit``, the ``limit`` it is measured against with
+``limit_unit`` and ``limit_source``, and ``of_limit``: the fraction of the
+limit reached (value / limit for rates, limit / value for times), so 1.0 is
+the machine's physics. Lines without ``figure`` say what happened to a case:
+``"skipped": "budget"`` (with its ``estimate_s`` and the ``left_s`` it did not
+fit in), ``"stopped": "budget"`` (the case running at the deadline), ``"error"``.
+
+One process, one budget (``--budget_s``, default 480 s on an accelerator, none
+on a CPU), counted from the process's start. The parts are split into cases (a
+decode batch and KV dtype, an attention length) run in order of value:
+
+  limits; decode (bf16 at the largest batch, its profile, bf16 at the smaller,
+  int8 smallest first); train (with its profile); engine; grpo; speculative;
+  attention (causal 32K, 128K; sparse 32K, 128K, 1M).
+
+Before each case its cost is estimated (the same case's time in the last run
+with this compilation cache, else the last case of its part scaled by the
+bytes or FLOPs of the two shapes, else a prior per part, ``Shapes.prior_s``;
+see device_schedule.py) and the case is skipped if it would not fit in what
+is left. At the deadline a case still running is abandoned: the run writes
+what it has, a ``stopped`` line and summary.json, and exits 0 (1 if a case
+failed). summary.json records ``stopped_by_budget``, the parts run and
+skipped, each case's status, seconds and estimate, and the wall time.
+
+Compiling is much of a full-shape case's time, so compiled programs persist in
+``--compilation_cache`` (default OUT/xla_cache; empty: off); a second run with
+the same folder skips the compiles and, with each case's last time recorded
+there, estimates from it.
+
+Repetitions: ``--reps`` (default 3) timed calls after a warm-up call, median.
+At full shapes one decode generate lasts seconds, so the decode generates and
+the grpo steps take ``--long_reps`` (default 2 at full shapes, ``--reps`` with
+``--quick``): the median of 2 is their mean; each decode line also carries
+``decode_step_s``, the decode's seconds per generated token step.
+
+Profiles: the bf16 decode at the largest batch (a generate of
+``Shapes.profile_new`` new tokens, compiled first, then traced once) and the
+train step (one step after its timed ones) are traced with ``jax.profiler``
+into OUT/profile/<name>/ (a Perfetto trace), and OUT/profile/<name>_top_ops.txt
+lists the 20 operations that took the most time (count, total ms, share;
+device_profile.py). A profile that fails writes its reason there and the run
+goes on; its time counts in the budget.
 
 Limits: the device's peak dense bf16 FLOP/s and HBM bandwidth from
 ``roofline.DEVICE_LIMITS`` (vendor datasheets, keyed by device kind); a
@@ -58,13 +98,16 @@ random target (the acceptance is printed; the limit is computed from it).
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import json
-import os
-import statistics
-import sys
 import time
+
+_T0 = time.time()  # the budget counts from here, before JAX and rlpt load
+
+import dataclasses  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -75,15 +118,26 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import roofline  # noqa: E402
+from launch import common  # noqa: E402  (defines --compilation_cache, read in main)
+from device_profile import profile  # noqa: E402
+from device_schedule import Case, Lines, Runner  # noqa: E402
 from synthetic_grpo import grpo_batch  # noqa: E402
 
-PARTS = ("limits", "train", "decode", "engine", "speculative", "attention", "grpo")
+# In order of value: what runs first when the budget is short.
+PARTS = ("limits", "decode", "train", "engine", "grpo", "speculative", "attention")
+ACCELERATOR_BUDGET_S = 480.0
 _OUT = flags.DEFINE_string("out", os.path.join("runs", "device"), "Output folder.")
 _QUICK = flags.DEFINE_bool("quick", False, "Tiny shapes (a CPU runs it in under 2 minutes).")
-_PARTS = flags.DEFINE_list("parts", list(PARTS), f"Parts to run, of {', '.join(PARTS)}.")
+_PARTS = flags.DEFINE_list("parts", list(PARTS), f"Parts to run, of {', '.join(PARTS)} "
+                           "(limits always runs: every other figure is measured against it).")
 _DTYPE = flags.DEFINE_string("dtype", None, "Compute dtype (default bfloat16; float32 on CPU, "
                              "whose bf16 matmuls are emulated).")
 _REPS = flags.DEFINE_integer("reps", 3, "Timed repetitions of each measurement (median).")
+_LONG_REPS = flags.DEFINE_integer("long_reps", None, "Timed repetitions of the decode generates "
+                                  "and grpo steps (default 2 at full shapes, --reps with --quick).")
+_BUDGET = flags.DEFINE_float("budget_s", None, "Wall seconds for the whole run, from the process's "
+                             f"start (default {ACCELERATOR_BUDGET_S:.0f} on an accelerator, none on "
+                             "a CPU; <= 0: none).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +149,7 @@ class Shapes:
   decode_batches: tuple[int, ...]
   decode_prompt: int
   decode_new: int
+  profile_new: int  # new tokens of the profiled decode generate
   spec_batch: int
   spec_prompt: int
   spec_new: int
@@ -113,20 +168,31 @@ class Shapes:
   grpo_prompt: int
   grpo_new: int
   grpo_minibatch: int
+  # Seconds the first case of each part is estimated to take when nothing
+  # better is known (device_schedule.py); later cases of a part scale from
+  # the measured ones.
+  prior_s: dict
 
 
 FULL = Shapes(
-    model=dict(vocab_size=32000, d_model=2048, num_layers=22, num_heads=32, num_kv_heads=4,
-               head_dim=64, mlp_dim=5632),
+    model=roofline.LLAMA_1B,
     draft=dict(vocab_size=32000, d_model=512, num_layers=2, num_heads=8, num_kv_heads=2,
                head_dim=64, mlp_dim=1408),
     train_batch=8, train_len=2048,
-    decode_batches=(64, 256), decode_prompt=512, decode_new=1536,
+    decode_batches=(64, 256), decode_prompt=512, decode_new=1536, profile_new=64,
     spec_batch=64, spec_prompt=128, spec_new=256, spec_gamma=4,
     distill_steps=60, distill_batch=64, distill_len=256,
     attn_heads=(32, 4, 64), attn_block=512, attn_causal=(32768, 131072),
     attn_sparse=(32768, 131072, 1048576), attn_window=4096, attn_sinks=4,
-    grpo_prompts=32, grpo_group=8, grpo_prompt=128, grpo_new=1024, grpo_minibatch=16)
+    grpo_prompts=32, grpo_group=8, grpo_prompt=128, grpo_new=1024, grpo_minibatch=16,
+    # One H200, cold cache: the engine part took 165 s (one 18.5 s pass, the
+    # rest compiling and warm-up); decode 349 s for three cases and part of a
+    # fourth at 3 reps, so about 100 s for bf16 at 256 with 2. The others have
+    # not run on a GPU; theirs are guesses of the same kind (a minute or two
+    # of compiling plus their executions), to be replaced by measurements
+    # (case_seconds.json) after the first run.
+    prior_s={"limits": 30, "model": 30, "decode": 100, "train": 120, "engine": 165, "grpo": 240,
+             "speculative": 150, "attention": 60})
 
 QUICK = Shapes(
     model=dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -134,23 +200,25 @@ QUICK = Shapes(
     draft=dict(vocab_size=512, d_model=32, num_layers=1, num_heads=2, num_kv_heads=1,
                head_dim=16, mlp_dim=64),
     train_batch=4, train_len=128,
-    decode_batches=(8, 16), decode_prompt=32, decode_new=32,
+    decode_batches=(8, 16), decode_prompt=32, decode_new=32, profile_new=8,
     spec_batch=8, spec_prompt=16, spec_new=32, spec_gamma=4,
     distill_steps=8, distill_batch=8, distill_len=32,
     attn_heads=(4, 2, 16), attn_block=128, attn_causal=(1024, 2048),
     attn_sparse=(1024, 2048, 8192), attn_window=256, attn_sinks=4,
-    grpo_prompts=4, grpo_group=4, grpo_prompt=16, grpo_new=32, grpo_minibatch=8)
+    grpo_prompts=4, grpo_group=4, grpo_prompt=16, grpo_new=32, grpo_minibatch=8,
+    # The 2-core CPU this suite runs on, --reps=1.
+    prior_s={"limits": 3, "model": 5, "decode": 5, "train": 5, "engine": 14, "grpo": 15,
+             "speculative": 23, "attention": 3})
 
 
 class Report:
   """Prints each figure as one JSON line and appends it to OUT/device.jsonl."""
 
-  def __init__(self, out: str, device):
-    os.makedirs(out, exist_ok=True)
-    self.path = os.path.join(out, "device.jsonl")
+  def __init__(self, lines: Lines, device):
+    self.lines = lines
+    self.path = lines.path
     self.device_kind = device.device_kind
     self.rows: list[dict] = []
-    open(self.path, "w").close()
 
   def emit(self, figure: str, value: float, unit: str, limit: float, limit_unit: str,
            limit_source: str, time_like: bool = False, **extra) -> dict:
@@ -159,10 +227,7 @@ class Report:
            "limit_unit": limit_unit, "of_limit": float(of), "limit_source": limit_source,
            "device": self.device_kind, **extra}
     self.rows.append(row)
-    line = json.dumps(row)
-    print(line, flush=True)
-    with open(self.path, "a") as f:
-      f.write(line + "\n")
+    self.lines.write(row)
     return row
 
 
@@ -172,17 +237,6 @@ class Limits:
   bandwidth: float
   flops_source: str
   bandwidth_source: str
-
-
-def median_time(fn, reps: int) -> float:
-  """Median wall seconds of ``fn()`` (blocked on its result) after one warm-up call."""
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(reps):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
 
 
 def compiled_with_peak(jitted, *args):
@@ -208,6 +262,10 @@ def attention_flops(t: int, heads: int, head_dim: int, window: int | None, sinks
   return 3 * 4 * heads * head_dim * float(keys.sum())
 
 
+def tokens_name(t: int) -> str:
+  return f"{t >> 20}M" if t % (1 << 20) == 0 else f"{t >> 10}K" if t % 1024 == 0 else str(t)
+
+
 def make_config(fields: dict, dtype: str):
   from rlpt.models import ModelConfig
   return ModelConfig(**fields, tie_embeddings=False, scale_tied_head=False, dtype=dtype,
@@ -219,45 +277,130 @@ def cast(params, dtype):
                       params)
 
 
-def measure_limits(report: Report, device, dtype) -> Limits:
-  table = roofline.device_limits(device.device_kind)
-  n = 8192 if device.platform != "cpu" else 1024
-  mm = roofline.matmul_rate([device], dtype, n)
-  bw = roofline.memory_bandwidth([device], 2048 if device.platform != "cpu" else 256)
-  if table is None:
-    limits = Limits(mm, bw, f"measured in this run ({n}^3 {jnp.dtype(dtype).name} matmul)",
-                    "measured in this run (streaming y = 2x + 1)")
-  else:
-    limits = Limits(table[0], table[1], table[2], table[2])
-  report.emit("matmul", mm, "FLOP/s", limits.flops, "FLOP/s", limits.flops_source,
-              n=n, dtype=jnp.dtype(dtype).name)
-  report.emit("memory_bandwidth", bw, "bytes/s", limits.bandwidth, "bytes/s",
-              limits.bandwidth_source, kernel="y = 2x + 1, fp32, read + write")
-  return limits
-
-
 class Parts:
-  """The measurements; each writes its figures to ``report``."""
+  """The measurements; each case writes its figures to ``report``. ``exec_s``
+  counts the seconds spent executing measured programs (warm-up and timed
+  calls, compiling excluded): the share of a case that scales with its shape."""
 
-  def __init__(self, shapes: Shapes, report: Report, limits: Limits, device, dtype: str,
-               reps: int):
+  def __init__(self, shapes: Shapes, report: Report, device, dtype: str, reps: int,
+               long_reps: int, out: str):
+    self.s, self.report, self.device, self.dtype = shapes, report, device, dtype
+    self.reps, self.long_reps = reps, long_reps
+    self.profile_dir = os.path.join(out, "profile")
+    self.cfg = make_config(shapes.model, dtype)
+    self.limits: Limits | None = None
+    self.exec_s = 0.0
+    self.profiles: dict[str, dict] = {}
+    self.rng = np.random.default_rng(0)
+
+  @functools.cached_property
+  def _model(self):
+    """(graphdef, fp32 master weights, what a sampler reads), built on first use:
+    a run of the attention part alone never builds the 1.1B model."""
     from flax import nnx
 
     from rlpt.models import Transformer
-    self.s, self.report, self.limits, self.device, self.reps = shapes, report, limits, device, reps
-    self.dtype = dtype
-    self.cfg = make_config(shapes.model, dtype)
-    with jax.default_device(device):
-      self.graphdef, params = nnx.split(Transformer(self.cfg, nnx.Rngs(0)))
-    self.params = jax.device_put(params, device)  # fp32 master weights
-    self.sample_params = cast(self.params, self.cfg.jnp_dtype)  # what a sampler reads
-    self.rng = np.random.default_rng(0)
+    with jax.default_device(self.device):
+      graphdef, params = nnx.split(Transformer(self.cfg, nnx.Rngs(0)))
+    params = jax.device_put(params, self.device)
+    return graphdef, params, cast(params, self.cfg.jnp_dtype)
+
+  @property
+  def graphdef(self):
+    return self._model[0]
+
+  @property
+  def params(self):
+    return self._model[1]
+
+  @property
+  def sample_params(self):
+    return self._model[2]
 
   def tokens(self, *shape) -> np.ndarray:
     return self.rng.integers(1, self.cfg.vocab_size, size=shape).astype(np.int32)
 
   def _bound(self, flops, bytes_moved):
     return roofline.bound_seconds(flops, bytes_moved, self.limits.flops, self.limits.bandwidth)
+
+  def median_time(self, fn, reps: int) -> float:
+    """Median wall seconds of ``fn()`` (blocked on its result) after one warm-up call."""
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(reps):
+      t = time.perf_counter()
+      jax.block_until_ready(fn())
+      times.append(time.perf_counter() - t)
+    median = statistics.median(times)
+    self.exec_s += (reps + 1) * median  # the warm-up's execution too; its compile is not
+    return median
+
+  def cases(self, selected) -> list[Case]:
+    """Every selected part's cases, in order of value (the module's docstring)."""
+    s, prior = self.s, self.s.prior_s
+    out = [self._case("limits", "limits", self.measure_limits, prior_s=prior["limits"], needs=())]
+    model_parts = {"decode", "train", "engine", "grpo", "speculative"} & set(selected)
+    if model_parts:
+      # Its own case, so that building it counts in no measured case's time
+      # (which later estimates scale from).
+      out.append(self._case("model", "model", lambda: self._model, prior_s=prior["model"],
+                            needs=()))
+    needs = ("limits", "model")
+    if "decode" in selected:
+      kv = jnp.dtype(self.cfg.jnp_dtype).name
+      big, small = max(s.decode_batches), sorted(s.decode_batches, reverse=True)[1:]
+      order = [(False, big), "profile"] + [(False, b) for b in small] + [
+          (True, b) for b in sorted(s.decode_batches)]
+      for item in order:
+        if item == "profile":
+          # Work 0: estimated as the last decode case's compiling and set-up,
+          # what a short generate of a fresh program costs.
+          out.append(self._case("decode/profile", "decode", self.decode_profile, work=0.0,
+                                prior_s=prior["decode"], needs=("model",)))
+          continue
+        int8, b = item
+        out.append(self._case(f"decode/{'int8' if int8 else kv}/b{b}", "decode",
+                              functools.partial(self.decode, int8, b),
+                              work=(self.long_reps + 1) * self._decode_bytes(int8, b, s.decode_new),
+                              prior_s=prior["decode"], needs=needs))
+    for name in ("train", "engine", "grpo", "speculative"):
+      if name in selected:
+        out.append(self._case(name, name, getattr(self, name), prior_s=prior[name], needs=needs))
+    if "attention" in selected:
+      n, _, h = s.attn_heads
+      for window, sinks, lengths, kind in ((None, 0, s.attn_causal, "causal"),
+                                           (s.attn_window, s.attn_sinks, s.attn_sparse, "sparse")):
+        for t in lengths:
+          out.append(self._case(f"attention/{kind}/{tokens_name(t)}", "attention",
+                                functools.partial(self.attention, t, window, sinks),
+                                work=attention_flops(t, n, h, window, sinks),
+                                prior_s=prior["attention"]))
+    return out
+
+  def _case(self, name: str, part: str, fn, work: float = 1.0, prior_s: float = 60.0,
+            needs=("limits",)) -> Case:
+    def run():
+      before = self.exec_s
+      fn()
+      return self.exec_s - before
+    return Case(name, part, run, work, prior_s, tuple(needs))
+
+  def measure_limits(self):
+    device, dtype = self.device, jnp.dtype(self.dtype)
+    table = roofline.device_limits(device.device_kind)
+    n = 8192 if device.platform != "cpu" else 1024
+    mm = roofline.matmul_rate([device], dtype, n)
+    bw = roofline.memory_bandwidth([device], 2048 if device.platform != "cpu" else 256)
+    if table is None:
+      limits = Limits(mm, bw, f"measured in this run ({n}^3 {dtype.name} matmul)",
+                      "measured in this run (streaming y = 2x + 1)")
+    else:
+      limits = Limits(table[0], table[1], table[2], table[2])
+    self.report.emit("matmul", mm, "FLOP/s", limits.flops, "FLOP/s", limits.flops_source,
+                     n=n, dtype=dtype.name)
+    self.report.emit("memory_bandwidth", bw, "bytes/s", limits.bandwidth, "bytes/s",
+                     limits.bandwidth_source, kernel="y = 2x + 1, fp32, read + write")
+    self.limits = limits
 
   def train(self):
     from rlpt.config import OptimConfig
@@ -269,13 +412,26 @@ class Parts:
     tokens = jax.device_put(self.tokens(s.train_batch, s.train_len + 1), self.device)
     mask = jnp.ones((s.train_batch, s.train_len), jnp.float32)
     step, mem = compiled_with_peak(step, state, tokens, mask)
-    secs = median_time(lambda: step(state, tokens, mask), self.reps)
+    secs = self.median_time(lambda: step(state, tokens, mask), self.reps)
     flops = 3 * forward_flops(cfg, s.train_batch, s.train_len)
     self.report.emit("train_step_mfu", flops / secs, "FLOP/s", self.limits.flops, "FLOP/s",
                      self.limits.flops_source, seconds=secs, model_flops=flops,
                      params=cfg.num_params(), tokens=s.train_batch * s.train_len,
                      tokens_per_s=s.train_batch * s.train_len / secs, peak_bytes=mem,
-                     dtype=self.dtype, master_weights="float32", optimizer="adamw")
+                     dtype=self.dtype, master_weights="float32", optimizer="adamw",
+                     reps=self.reps)
+    # The step is compiled and its state on the device: one more step, traced.
+    self.profiles["train"] = profile(
+        lambda: step(state, tokens, mask), self.profile_dir, "train",
+        f"one train step (forward + backward + AdamW), {s.train_batch} x {s.train_len} tokens, "
+        f"{cfg.num_params() / 1e6:.1f}M params, {self.dtype} compute")
+
+  def _decode_bytes(self, int8: bool, batch: int, new: int) -> float:
+    """Bytes one generate's decode reads (``roofline.decode_bytes``), from the
+    config alone: the estimate of a case not yet built."""
+    weights = self.cfg.num_params() * jnp.dtype(self.cfg.jnp_dtype).itemsize
+    return roofline.decode_bytes(weights, roofline.kv_bytes_per_token(self.cfg, int8), batch,
+                                 self.s.decode_prompt, new)
 
   def _decode_time(self, sampler, batch: int, prompt: int, new: int):
     """(whole generate seconds, prefill seconds) of ``batch`` rows."""
@@ -288,8 +444,8 @@ class Parts:
     # The generate call's own prefill: its cache holds the first decode phase.
     room = decode_bounds(new, sampler.decode_phases)[0] + 1
     prefill = jax.jit(lambda p, i, n: layout.prefill(self.graphdef, self.cfg, p, i, n, room))
-    total = median_time(gen, self.reps)
-    pre = median_time(lambda: prefill(self.sample_params, ids, lens), self.reps)
+    total = self.median_time(gen, self.long_reps)
+    pre = self.median_time(lambda: prefill(self.sample_params, ids, lens), self.reps)
     return total, pre
 
   @property
@@ -297,32 +453,48 @@ class Parts:
     from rlpt.sampling import SamplingParams
     return SamplingParams(1.0)
 
-  def decode(self):
-    from rlpt.sampling.fast import FastSampler, FlatLayout
+  def decode(self, int8: bool, b: int):
+    from rlpt.sampling.fast import FastSampler
+    from rlpt.sampling.prefix import PrefixLayout
     from rlpt.sampling.quant import tree_bytes
     from rlpt.sampling.sampler import auto_decode_phases
     s, cfg = self.s, self.cfg
     weights = tree_bytes(self.sample_params)
-    for int8 in (False, True):
-      layout = FlatLayout(kv_int8=int8)
-      sampler = FastSampler(self.graphdef, cfg, s.decode_prompt, s.decode_new, 0, (), layout,
-                            auto_decode_phases(s.decode_new))
-      for b in s.decode_batches:
-        total, pre = self._decode_time(sampler, b, s.decode_prompt, s.decode_new)
-        decode_s = max(total - pre, 1e-9)
-        kvb = roofline.kv_bytes_per_token(cfg, int8)
-        moved = roofline.decode_bytes(weights, kvb, b, s.decode_prompt, s.decode_new)
-        flops = roofline.decode_flops(cfg, b, s.decode_prompt, s.decode_new)
-        bound, binding = self._bound(flops, moved)
-        tokens = b * s.decode_new
-        self.report.emit("decode_tokens_per_s", tokens / decode_s, "tokens/s", tokens / bound,
-                         f"tokens/s at the {binding} roofline", self._source(binding),
-                         batch=b, kv_cache="int8" if int8 else jnp.dtype(cfg.jnp_dtype).name,
-                         prompt=s.decode_prompt, new_tokens=s.decode_new,
-                         context=s.decode_prompt + s.decode_new, decode_s=decode_s,
-                         prefill_s=pre, bytes_read=moved, weight_bytes=weights,
-                         kv_bytes_per_token=kvb, binding=binding,
-                         decode_phases=sampler.decode_phases)
+    sampler = FastSampler(self.graphdef, cfg, s.decode_prompt, s.decode_new, 0, (),
+                          PrefixLayout(1, int8, aligned=True), auto_decode_phases(s.decode_new))
+    total, pre = self._decode_time(sampler, b, s.decode_prompt, s.decode_new)
+    decode_s = max(total - pre, 1e-9)
+    kvb = roofline.kv_bytes_per_token(cfg, int8)
+    moved = roofline.decode_bytes(weights, kvb, b, s.decode_prompt, s.decode_new)
+    flops = roofline.decode_flops(cfg, b, s.decode_prompt, s.decode_new)
+    bound, binding = self._bound(flops, moved)
+    tokens = b * s.decode_new
+    self.report.emit("decode_tokens_per_s", tokens / decode_s, "tokens/s", tokens / bound,
+                     f"tokens/s at the {binding} roofline", self._source(binding),
+                     batch=b, kv_cache="int8" if int8 else jnp.dtype(cfg.jnp_dtype).name,
+                     prompt=s.decode_prompt, new_tokens=s.decode_new,
+                     context=s.decode_prompt + s.decode_new, decode_s=decode_s,
+                     decode_step_s=decode_s / s.decode_new, prefill_s=pre,
+                     reps=self.long_reps, prefill_reps=self.reps, bytes_read=moved,
+                     weight_bytes=weights, kv_bytes_per_token=kvb, binding=binding,
+                     decode_phases=sampler.decode_phases)
+
+  def decode_profile(self):
+    """A short generate at the largest decode batch (bf16 KV), compiled, then traced."""
+    from rlpt.sampling.fast import FastSampler
+    s = self.s
+    b, new = max(s.decode_batches), s.profile_new
+    sampler = FastSampler(self.graphdef, self.cfg, s.decode_prompt, new, 0, ())
+    ids = jax.device_put(self.tokens(b, s.decode_prompt), self.device)
+    lens = jnp.full((b,), s.decode_prompt, jnp.int32)
+    gen = lambda: sampler.generate(self.sample_params, ids, lens, jax.random.key(1),
+                                   self._sampling)
+    jax.block_until_ready(gen())  # compiles
+    kv = jnp.dtype(self.cfg.jnp_dtype).name
+    self.profiles["decode"] = profile(
+        gen, self.profile_dir, "decode",
+        f"one FastSampler generate, batch {b}, {s.decode_prompt}-token prompts + {new} new "
+        f"tokens ({kv} KV cache; the op counts include the prefill and {new} decode steps)")
 
   def engine(self):
     import types
@@ -346,6 +518,7 @@ class Parts:
     t = time.perf_counter()
     engine.generate(self.sample_params, self._sampling, prompts, keys, new)
     secs = time.perf_counter() - t
+    self.exec_s += secs
     weights = tree_bytes(self.sample_params)
     kvb = roofline.kv_bytes_per_token(cfg, False)
     moved = roofline.decode_bytes(weights, kvb, slots, prompt, new)
@@ -399,9 +572,9 @@ class Parts:
                         decode_phases=auto_decode_phases(s.spec_new))
     spec = SpeculativeSampler(self.graphdef, cfg, dgraph, dcfg, s.spec_prompt, s.spec_new, 0, (),
                               s.spec_gamma)
-    t_plain = median_time(lambda: plain.generate(self.sample_params, ids, lens,
+    t_plain = self.median_time(lambda: plain.generate(self.sample_params, ids, lens,
                                                  jax.random.key(2), self._sampling), self.reps)
-    t_spec = median_time(lambda: spec.generate(self.sample_params, draft, ids, lens,
+    t_spec = self.median_time(lambda: spec.generate(self.sample_params, draft, ids, lens,
                                                jax.random.key(2), self._sampling), self.reps)
     _, stats = spec.generate(self.sample_params, draft, ids, lens, jax.random.key(2),
                              self._sampling)
@@ -415,18 +588,11 @@ class Parts:
                      draft_params=dcfg.num_params(), distill_steps=s.distill_steps,
                      distill_s=distill_s, distill_kl=metrics.get("distill/kl"))
 
-  def attention(self):
-    s = self.s
-    capacity = (self.device.memory_stats() or {}).get("bytes_limit")
-    for t in s.attn_causal:
-      self._attention_case(t, None, 0, capacity)
-    for t in s.attn_sparse:
-      self._attention_case(t, s.attn_window, s.attn_sinks, capacity)
-
-  def _attention_case(self, t: int, window: int | None, sinks: int, capacity):
+  def attention(self, t: int, window: int | None, sinks: int):
     """One layer's forward + backward at ``t`` tokens (its arrays die on return)."""
     from rlpt.attention import blockwise_attention
     s = self.s
+    capacity = (self.device.memory_stats() or {}).get("bytes_limit")
     n, k, h = s.attn_heads
     dt = self.cfg.jnp_dtype
 
@@ -444,7 +610,7 @@ class Parts:
                        self.device)
     pos = jax.device_put(jnp.arange(t, dtype=jnp.int32)[None], self.device)
     step, mem = compiled_with_peak(step, q, kk, v, pos)
-    secs = median_time(lambda: step(q, kk, v, pos), self.reps)
+    secs = self.median_time(lambda: step(q, kk, v, pos), self.reps)
     flops = attention_flops(t, n, h, window, sinks)
     self.report.emit("attention_fwd_bwd", flops / secs, "FLOP/s", self.limits.flops, "FLOP/s",
                      self.limits.flops_source, tokens=t,
@@ -507,10 +673,11 @@ class Parts:
 
     state, _ = step(state, 0)  # compiles
     times = []
-    for i in range(1, 1 + self.reps):
+    for i in range(1, 1 + self.long_reps):
       state, tm = step(state, i)
       times.append(tm)
     total, gen, ref, upd = (statistics.median(t[k] for t in times) for k in range(4))
+    self.exec_s += (self.long_reps + 1) * total
     weights = tree_bytes(self.sample_params)
     gen_flops = roofline.generation_flops(cfg, rows, p, new, g)
     gen_bytes = roofline.decode_bytes(weights, roofline.kv_bytes_per_token(cfg), rows, p, new, g)
@@ -535,39 +702,73 @@ class Parts:
                      time_like=True, rows=rows, prompts=s.grpo_prompts, group=g,
                      prompt_tokens=p, new_tokens=new, minibatches=rows // mb,
                      breakdown_s={"generate": gen, "reference": ref, "update": upd,
-                                  "host": total - gen - ref - upd})
+                                  "host": total - gen - ref - upd}, reps=self.long_reps)
 
 
 def main(_):
-  from launch.common import quiet_libraries
-  quiet_libraries()
+  common.quiet_libraries()
   unknown = sorted(set(_PARTS.value) - set(PARTS))
   if unknown:
     raise app.UsageError(f"--parts has {unknown}; expected some of {list(PARTS)}.")
-  t_start = time.perf_counter()
+  out = _OUT.value
+  os.makedirs(out, exist_ok=True)
+  # launch.common's --compilation_cache, but defaulting to OUT/xla_cache: a
+  # device run's programs stay with its figures. Set before anything compiles
+  # (JAX reads it on the first compile), and keep every program however fast
+  # it compiled: a full run has dozens, each worth seconds on the next run.
+  cache = (common.COMPILATION_CACHE.value if flags.FLAGS["compilation_cache"].present
+           else os.path.join(out, "xla_cache"))
+  if cache:
+    from rlpt.device import use_compilation_cache
+    use_compilation_cache(cache, min_compile_secs=0.0)
   device = jax.devices()[0]
   dtype = _DTYPE.value or ("float32" if device.platform == "cpu" else "bfloat16")
   shapes = QUICK if _QUICK.value else FULL
-  report = Report(_OUT.value, device)
-  print(f"device: {device.device_kind} ({device.platform}), dtype {dtype}, "
-        f"{'quick' if _QUICK.value else 'full'} shapes", file=sys.stderr, flush=True)
-  limits = measure_limits(report, device, jnp.dtype(dtype))
-  parts = Parts(shapes, report, limits, device, dtype, _REPS.value)
-  seconds = {}
-  for name in PARTS[1:]:
-    if name in _PARTS.value:
-      t = time.perf_counter()
-      getattr(parts, name)()
-      seconds[name] = time.perf_counter() - t
-      print(f"{name}: {seconds[name]:.1f} s", file=sys.stderr, flush=True)
-  summary = {"device": device.device_kind, "platform": device.platform, "dtype": dtype,
-             "quick": _QUICK.value, "parts_s": seconds, "wall_s": time.perf_counter() - t_start,
-             "jax": jax.__version__, "figures": len(report.rows),
-             "shapes": dataclasses.asdict(shapes)}
-  with open(os.path.join(_OUT.value, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=1)
-  print(f"wall {summary['wall_s']:.0f} s; {len(report.rows)} figures in {report.path}",
+  budget = _BUDGET.value
+  if budget is None:
+    budget = ACCELERATOR_BUDGET_S if device.platform != "cpu" else None
+  budget = budget if budget and budget > 0 else None
+  reps = _REPS.value
+  long_reps = _LONG_REPS.value or (reps if _QUICK.value else 2)
+  lines = Lines(os.path.join(out, "device.jsonl"))
+  report = Report(lines, device)
+  parts = Parts(shapes, report, device, dtype, reps, long_reps, out)
+  shape_set = "quick" if _QUICK.value else "full"
+  runner = Runner(lines, None if budget is None else _T0 + budget,
+                  os.path.join(cache, "case_seconds.json") if cache else None,
+                  f"{device.device_kind} {shape_set} {dtype} reps {reps}/{long_reps}")
+  print(f"device: {device.device_kind} ({device.platform}), dtype {dtype}, {shape_set} shapes, "
+        f"budget {'none' if budget is None else f'{budget:.0f} s'}, "
+        f"compilation cache {cache or 'off'}; {time.time() - _T0:.1f} s since start",
         file=sys.stderr, flush=True)
+  finished = runner.run_until_deadline(parts.cases(_PARTS.value))
+  facts = runner.summary()
+  parts_s = {}
+  for c in facts["cases"]:
+    if c["status"] == "done":
+      parts_s[c["part"]] = parts_s.get(c["part"], 0.0) + c["seconds"]
+  summary = {"device": device.device_kind, "platform": device.platform, "dtype": dtype,
+             "quick": _QUICK.value, "parts_s": parts_s, "wall_s": time.time() - _T0,
+             "budget_s": budget, **facts, "jax": jax.__version__,
+             "figures": len(report.rows), "reps": reps, "long_reps": long_reps,
+             "compilation_cache": cache or None, "profiles": dict(parts.profiles),
+             "shapes": dataclasses.asdict(shapes)}
+  with open(os.path.join(out, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=1)
+  print(f"wall {summary['wall_s']:.0f} s; {len(report.rows)} figures in {report.path}"
+        + (f"; stopped by the {budget:.0f} s budget" if not finished else "")
+        + (f"; skipped: {', '.join(facts['cases_skipped'])}" if facts["cases_skipped"] else "")
+        + (f"; failed: {', '.join(facts['cases_failed'])}" if facts["cases_failed"] else ""),
+        file=sys.stderr, flush=True)
+  code = 1 if facts["cases_failed"] else 0
+  if not finished:
+    # The worker is still inside a case (likely blocked in XLA): it cannot be
+    # joined, and a normal exit would wait for it. Everything is written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+  if code:
+    sys.exit(code)
 
 
 if __name__ == "__main__":
