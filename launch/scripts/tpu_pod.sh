@@ -7,7 +7,8 @@
 #       --config=experiments/grpo_default.py --workdir=runs/grpo_pod
 #
 # Assumes the repository is checked out at ~/rlpt with `make setup` done on
-# every host (e.g. by a previous tpu_pod.sh run of `make setup`: CMD=setup).
+# every host (e.g. by a previous tpu_pod.sh run of `make setup`: CMD=setup),
+# which finds the TPU chips and installs jax with libtpu (launch/locks/tpu.txt).
 set -euo pipefail
 : "${TPU:?set TPU to the TPU VM name}"
 : "${ZONE:?set ZONE to its zone}"

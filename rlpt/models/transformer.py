@@ -26,10 +26,8 @@ from rlpt.sharding import constrain
 
 
 def project(eq: str, x, w, dtype):
-  """``einsum(eq, x, w)`` with both operands in ``dtype``, accumulated in fp32
-  and rounded to ``dtype`` once (what the matrix units do). Stated explicitly,
-  so no backend widens a bf16 weight to an fp32 copy first, and a bf16 decode
-  step reads each weight's two bytes once."""
+  """``einsum(eq, x, w)``, both operands in ``dtype``, accumulated in fp32 and
+  rounded once: no backend widens a bf16 weight to an fp32 copy first."""
   return jnp.einsum(eq, x.astype(dtype), w.astype(dtype),
                     preferred_element_type=jnp.float32).astype(dtype)
 
@@ -370,23 +368,18 @@ class Transformer(nnx.Module):
 
   def head(self, h_BxTxD: jax.Array) -> jax.Array:
     """fp32 logits [B, T, V] of final hidden states: the output projection (tied
-    or not) and the final soft cap. Scoring passes call it on chunks of the
-    sequence (rlpt.scoring) so the whole [T, V] block never exists.
-
-    Like every projection, in the compute dtype with fp32 accumulation: the
-    trainer (fp32 master weights) and a sampler holding a bf16 copy compute
-    the same logits, and a bf16 decode step reads the head's two bytes a
-    weight instead of widening it to fp32."""
-    dt = self.cfg.jnp_dtype
+    or not; like every projection in the compute dtype, accumulated in fp32)
+    and the final soft cap. Scoring passes call it on chunks of the sequence
+    (rlpt.scoring) so the whole [T, V] block never exists."""
+    dt, h = self.cfg.jnp_dtype, h_BxTxD.astype(self.cfg.jnp_dtype)
+    f32 = dict(preferred_element_type=jnp.float32)
     if self.cfg.tie_embeddings:
       # Tied explicitly (no shared Variable) so the model also works in tree mode.
-      logits = jnp.einsum("btd,vd->btv", h_BxTxD.astype(dt), self.decoder.embed[...].astype(dt),
-                          preferred_element_type=jnp.float32)
+      logits = jnp.einsum("btd,vd->btv", h, self.decoder.embed[...].astype(dt), **f32)
       if self.cfg.scale_tied_head:
         logits = logits * self.cfg.d_model ** -0.5
     else:
-      logits = jnp.einsum("btd,dv->btv", h_BxTxD.astype(dt), self.lm_head[...].astype(dt),
-                          preferred_element_type=jnp.float32)
+      logits = jnp.einsum("btd,dv->btv", h, self.lm_head[...].astype(dt), **f32)
     if self.cfg.final_logit_softcap:
       cap = self.cfg.final_logit_softcap
       logits = jnp.tanh(logits / cap) * cap
