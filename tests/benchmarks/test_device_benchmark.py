@@ -369,20 +369,29 @@ def run_parts(budget_run, tmp_path_factory, parts: str):
 
 
 @pytest.fixture(scope="module")
-def decode_train_attention(budget_run, tmp_path_factory):
-  return run_parts(budget_run, tmp_path_factory, "attention,train,decode")
+def every_part(budget_run, tmp_path_factory):
+  """One run of every part (one process: one start-up, one model build)."""
+  out, proc = run_parts(budget_run, tmp_path_factory, "attention,train,decode,engine,grpo,speculative")
+  return (out, proc, *outputs(out, proc))
 
 
-def test_quick_decode_train_and_attention_figures(decode_train_attention):
-  out, proc = decode_train_attention
-  rows, by, summary = outputs(out, proc)
+def test_every_part_runs_in_order_of_value(every_part):
+  out, proc, rows, by, summary = every_part
   assert {k: len(v) for k, v in by.items()} == {
       "matmul": 1, "memory_bandwidth": 1, "decode_tokens_per_s": 4, "train_step_mfu": 1,
-      "attention_fwd_bwd": 5}
-  assert len(rows) == summary["figures"] == 12  # figures only: nothing skipped, stopped or failed
+      "engine_tokens_per_s": 1, "grpo_generate_s": 1, "grpo_reference_s": 1, "grpo_update_s": 1,
+      "grpo_step_s": 1, "speculative_speedup": 1, "attention_fwd_bwd": 5}
+  assert len(rows) == summary["figures"] == 18  # figures only: nothing skipped, stopped or failed
   check_figures(by)
   # In order of value, whatever --parts's order.
-  assert summary["parts_run"] == ["limits", "model", "decode", "train", "attention"]
+  assert summary["parts_run"] == ["limits", "model", "decode", "train", "engine", "grpo",
+                                  "speculative", "attention"]
+  assert summary["quick"] and summary["platform"] == "cpu" and not summary["stopped_by_budget"]
+  assert summary["budget_s"] is None and not summary["cases_skipped"]
+
+
+def test_quick_decode_train_and_attention_figures(every_part):
+  out, _, _, by, summary = every_part
   decode = by["decode_tokens_per_s"]
   assert [(r["batch"], r["kv_cache"]) for r in decode] == [
       (16, "float32"), (8, "float32"), (8, "int8"), (16, "int8")]
@@ -391,39 +400,7 @@ def test_quick_decode_train_and_attention_figures(decode_train_attention):
   assert [(r["kind"], r["tokens"]) for r in by["attention_fwd_bwd"]] == [
       ("blockwise causal", 1024), ("blockwise causal", 2048), ("sparse", 1024), ("sparse", 2048),
       ("sparse", 8192)]
-  assert summary["quick"] and summary["platform"] == "cpu" and not summary["stopped_by_budget"]
-  assert summary["budget_s"] is None and not summary["cases_skipped"]
   check_profile(out / "profile" / "decode_top_ops.txt", "one FastSampler generate, batch 16")
   check_profile(out / "profile" / "train_top_ops.txt", "one train step")
   assert all(p["ok"] for p in summary["profiles"].values()) and set(summary["profiles"]) == {
       "decode", "train"}
-
-
-@pytest.fixture(scope="module")
-def engine_grpo(budget_run, tmp_path_factory):
-  return run_parts(budget_run, tmp_path_factory, "engine,grpo")
-
-
-def test_quick_engine_and_grpo_figures(engine_grpo):
-  out, proc = engine_grpo
-  _, by, summary = outputs(out, proc)
-  assert {k: len(v) for k, v in by.items()} == {
-      "matmul": 1, "memory_bandwidth": 1, "engine_tokens_per_s": 1, "grpo_generate_s": 1,
-      "grpo_reference_s": 1, "grpo_update_s": 1, "grpo_step_s": 1}
-  check_figures(by)
-  assert summary["parts_run"] == ["limits", "model", "engine", "grpo"]
-  assert not os.path.exists(out / "profile")  # profiles come with decode and train only
-
-
-@pytest.fixture(scope="module")
-def speculative(budget_run, tmp_path_factory):
-  return run_parts(budget_run, tmp_path_factory, "speculative")
-
-
-def test_quick_speculative_figure(speculative):
-  out, proc = speculative
-  _, by, summary = outputs(out, proc)
-  assert {k: len(v) for k, v in by.items()} == {
-      "matmul": 1, "memory_bandwidth": 1, "speculative_speedup": 1}
-  check_figures(by)
-  assert summary["parts_run"] == ["limits", "model", "speculative"]
