@@ -41,24 +41,64 @@ class SamplingParams:
     return self.temperature == 0.0
 
 
+# Tokens ranked by partial selection before top-p falls back to a full sort.
+TOP_P_CANDIDATES = 64
+
+
+def _ranked_keep(sorted_logits, params: SamplingParams, lse_all=None):
+  """Which of the descending ``sorted_logits`` [..., C] top-k / top-p keep.
+
+  top-p keeps the smallest prefix whose probability reaches top_p (the
+  crossing token included), the probabilities normalised over the top-k (or,
+  with ``lse_all``, the log-sum-exp of every logit, over the whole vocabulary).
+  Also returns whether the prefix ends inside these C tokens.
+  """
+  c = sorted_logits.shape[-1]
+  keep = jnp.ones(sorted_logits.shape, bool)
+  if params.top_k:
+    keep &= jnp.arange(c) < params.top_k
+  if params.top_p >= 1.0:
+    return keep, jnp.ones(sorted_logits.shape[:-1], bool)
+  masked = jnp.where(keep, sorted_logits, _NEG_INF)
+  lse = jax.nn.logsumexp(masked, axis=-1, keepdims=True) if lse_all is None else lse_all
+  probs = jnp.exp(masked - lse)
+  mass_before = jnp.cumsum(probs, axis=-1) - probs
+  return keep & (mass_before < params.top_p), mass_before[..., -1] + probs[..., -1] >= params.top_p
+
+
 def _filter_mask(scaled_V: jax.Array, params: SamplingParams,
                  keep_id: jax.Array | None) -> jax.Array | None:
-  """Boolean [..., V] mask of tokens allowed by top-k / top-p, or None."""
+  """Boolean [..., V] mask of tokens allowed by top-k / top-p, or None.
+
+  The ranked tokens come from partial selection (``lax.top_k``), not a sort of
+  the vocabulary: top-k needs its k, top-p the tokens up to its crossing,
+  which for a trained model at usual settings is a few dozen. top-p ranks
+  ``TOP_P_CANDIDATES`` (or the top-k, if smaller) and sorts the whole
+  vocabulary only when some row's nucleus does not end inside them. Either way
+  the kept set is the one a full stable sort gives: a token is kept iff its
+  logit is at least the last kept one's (ties with it kept, as a stable sort
+  keeps the lower ids of a tie that the cut passes through, and exact ties of
+  real logits are measure zero).
+  """
   if params.top_k == 0 and params.top_p >= 1.0:
     return None
   v = scaled_V.shape[-1]
-  order = jnp.argsort(-scaled_V, axis=-1, stable=True)
-  sorted_logits = jnp.take_along_axis(scaled_V, order, axis=-1)
-  keep_sorted = jnp.ones_like(sorted_logits, dtype=bool)
-  if params.top_k:
-    keep_sorted &= jnp.arange(v) < params.top_k
-  if params.top_p < 1.0:
-    probs = jax.nn.softmax(jnp.where(keep_sorted, sorted_logits, _NEG_INF), axis=-1)
-    # Keep the smallest prefix whose mass reaches top_p (the crossing token included).
-    mass_before = jnp.cumsum(probs, axis=-1) - probs
-    keep_sorted &= mass_before < params.top_p
-  inverse = jnp.argsort(order, axis=-1)
-  keep = jnp.take_along_axis(keep_sorted, inverse, axis=-1)
+  # top-k ranks its k (top-p then normalises over them); top-p alone ranks a
+  # few candidates and normalises over the whole vocabulary.
+  cand = min(v, params.top_k) if params.top_k else min(v, TOP_P_CANDIDATES)
+  lse_all = None if params.top_k else jax.nn.logsumexp(scaled_V, axis=-1, keepdims=True)
+
+  def threshold(top):  # the smallest kept logit of each row, [..., 1]
+    keep, covered = _ranked_keep(top, params, lse_all)
+    return jnp.min(jnp.where(keep, top, jnp.inf), axis=-1, keepdims=True), covered
+
+  top = jax.lax.top_k(scaled_V, cand)[0]
+  cut, covered = threshold(top)
+  if cand < v and params.top_p < 1.0:
+    # Some nucleus is longer than the candidates: rank every token (rare).
+    cut = jax.lax.cond(jnp.all(covered), lambda: cut,
+                       lambda: threshold(jax.lax.top_k(scaled_V, v)[0])[0])
+  keep = scaled_V >= cut
   if keep_id is not None:
     # The token that was actually sampled is in the support by construction; a
     # last-ulp difference between two forward passes must not push it out.

@@ -7,7 +7,7 @@ import pytest
 
 from rlpt.rl import (AGGREGATIONS, POLICY_LOSSES, LossConfig, aggregate, entropy_from_logits,
                      loss_counts, policy_objective)
-from rlpt.sampling.logits import SamplingParams
+from rlpt.sampling.logits import SamplingParams, processed_logprobs
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 
@@ -177,3 +177,18 @@ def test_bad_loss_config_values_are_named():
   with pytest.raises(ValueError, match="entropy_coef=0.1 > 0 needs entropy_BxT"):
     logp, old, ref, adv, mask = map(jnp.asarray, case())
     policy_objective(logp, old, ref, adv, mask, LossConfig(entropy_coef=0.1))
+
+
+@pytest.mark.parametrize("scale", [1.0, 6.0])   # a wide nucleus (> 64 tokens) and a narrow one
+@pytest.mark.parametrize("params", [SamplingParams(1.0, top_p=0.9), SamplingParams(1.0, top_k=7),
+                                    SamplingParams(0.7, top_k=300, top_p=0.8),
+                                    SamplingParams(1.0, top_p=0.3)])
+def test_partial_selection_keeps_what_a_full_sort_keeps(params, scale):
+  """top-k / top-p rank tokens by partial selection (and sort the vocabulary
+  only for a nucleus longer than the candidates): the same support and
+  probabilities as NumPy's stable sort, fp32 against float64."""
+  logits = np.random.default_rng(4).normal(0, scale, (5, 1000)).astype(np.float32)
+  got = np.exp(np.asarray(jax.jit(lambda z: processed_logprobs(z, params))(jnp.asarray(logits))))
+  want = np_processed_probs(logits, params.temperature, params.top_k, params.top_p)
+  np.testing.assert_array_equal(got > 0, want > 0)
+  np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
