@@ -40,6 +40,7 @@ back to `PlainLauncher` (with a logged warning) when it fails.
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
 import shutil
@@ -77,7 +78,12 @@ def _runtime_binds(python: str) -> list[str]:
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
     if not python.startswith("/usr/"):
-        args += ["--ro-bind", os.path.dirname(os.path.dirname(python)), _SANDBOX_PYTHON_PREFIX]
+        prefix = os.path.dirname(os.path.dirname(python))
+        args += ["--ro-bind", prefix, _SANDBOX_PYTHON_PREFIX]
+        if glob.glob(os.path.join(prefix, "lib", "libpython*.so*")):
+            # A shared-library build (pyenv's, for one) finds libpython by its
+            # host prefix, which the sandbox does not have: point the loader at the bound one.
+            args += ["--setenv", "LD_LIBRARY_PATH", os.path.join(_SANDBOX_PYTHON_PREFIX, "lib")]
     # Shell tasks expect a few name-service files, and Debian's /usr/bin/awk (and
     # other commands) are links through /etc/alternatives; nothing else from /etc.
     for path in ("/etc/passwd", "/etc/group", "/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
