@@ -107,10 +107,11 @@ def test_make_setup_installs_the_chosen_lock():
 
 
 @pytest.mark.slow
-def test_every_lock_resolves_with_pip():
-  """pip's resolver over each lock for this interpreter (a dry run: it reads
-  the index, installs nothing); the accelerator wheels are manylinux
-  x86_64, so any Linux x86_64 host resolves them without the hardware."""
+def test_every_accelerator_lock_resolves_with_pip():
+  """pip's resolver over each accelerator's lock for this interpreter (a dry
+  run: it reads the index, installs nothing); their wheels are manylinux
+  x86_64, so any Linux x86_64 host resolves them without the hardware. The
+  CPU lock is the one `make setup` installed for this suite."""
 
   def resolve(choice):
     return choice, subprocess.run(
@@ -118,7 +119,7 @@ def test_every_lock_resolves_with_pip():
          "--disable-pip-version-check", "-r", accelerator.lock_path(choice)],
         cwd="/", capture_output=True, text=True, timeout=600)
 
-  with concurrent.futures.ThreadPoolExecutor(4) as pool:
-    for choice, out in pool.map(resolve, accelerator.CHOICES):
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    for choice, out in pool.map(resolve, ("cuda12", "cuda13", "tpu")):
       errors = [ln for ln in out.stderr.splitlines() if not ln.startswith("WARNING")]
       assert out.returncode == 0, f"{choice}: " + "\n".join(errors[-5:])
