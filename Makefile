@@ -59,8 +59,12 @@ smoke: setup
 lint: setup
 	$(PY) -m ruff check .
 
+# Two pytest-xdist workers, one test file each at a time: a single worker
+# leaves one of two cores idle while it traces, compiles and waits on the
+# sandbox. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: setup
 	$(PY) benchmarks/workload.py

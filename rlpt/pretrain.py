@@ -8,6 +8,7 @@ is the situation RL post-training is for.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -173,18 +174,7 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
     name = experiment_name(base_cfg.experiment) + (f"-{base_cfg.arg}" if base_cfg.arg else "")
     workdir = os.path.join(base_cfg.cache_dir, f"{name}-{fingerprint(pcfg)}")
     path = os.path.join(workdir, "model")
-    if not os.path.exists(os.path.join(path, "model.json")):
-      if jax.process_count() > 1:
-        # Only process 0 may write the cache, and a half-written cache read by
-        # the others would be worse than stopping: build it once, single-process.
-        raise RuntimeError(
-            f"No cached base model at {path} and this is a {jax.process_count()}-process run. "
-            f"Build it first with one process: python -m launch.pretrain "
-            f"--config={base_cfg.experiment}{':' + base_cfg.arg if base_cfg.arg else ''}"
-            f" --workdir={workdir}")
-      print(f"rlpt: no cached base model at {path}; pre-training it now ({pcfg.steps} steps).",
-            flush=True)
-      pretrain(pcfg, workdir, progress=progress)
+    _build_cached_base(pcfg, workdir, path, base_cfg, progress)
   # Every process reads the whole (small, host-side) base onto its own first
   # device; the trainer then lays it out on the global mesh. Without a target
   # sharding orbax refuses a checkpoint saved under another process topology.
@@ -192,6 +182,31 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
   model_cfg, graphdef, params, _ = load_model(
       path, shardings=lambda abstract: jax.tree.map(lambda _: local, abstract))
   return (*_with_attention(base_cfg, model_cfg, graphdef), params, path)
+
+
+def _build_cached_base(pcfg: PretrainConfig, workdir: str, path: str, base_cfg, progress: bool):
+  """Pre-trains the cached base at ``workdir`` unless it is there. Runs that
+  share a cache on one machine (two experiments, two test workers) build each
+  base once: the first holds an exclusive lock on ``<workdir>.lock`` while it
+  trains, and the others wait, then read what it wrote."""
+  if os.path.exists(os.path.join(path, "model.json")):
+    return
+  if jax.process_count() > 1:
+    # Only process 0 may write the cache, and a half-written cache read by
+    # the others would be worse than stopping: build it once, single-process.
+    raise RuntimeError(
+        f"No cached base model at {path} and this is a {jax.process_count()}-process run. "
+        f"Build it first with one process: python -m launch.pretrain "
+        f"--config={base_cfg.experiment}{':' + base_cfg.arg if base_cfg.arg else ''}"
+        f" --workdir={workdir}")
+  os.makedirs(os.path.dirname(workdir) or ".", exist_ok=True)
+  with open(workdir + ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.exists(os.path.join(path, "model.json")):
+      return  # another run built it while this one waited
+    print(f"rlpt: no cached base model at {path}; pre-training it now ({pcfg.steps} steps).",
+          flush=True)
+    pretrain(pcfg, workdir, progress=progress)
 
 
 def _with_attention(base_cfg, model_cfg, graphdef):

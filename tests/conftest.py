@@ -19,6 +19,11 @@ os.environ.setdefault("PJRT_NPROC", "2")
 # start): the suite builds many trainers of the same shapes, and each would
 # otherwise compile the same programs again. Fresh per session, so nothing
 # from an earlier checkout is loaded.
+# Under pytest-xdist (make test runs two workers) each worker keeps a cache of
+# its own inside the session's: JAX writes an entry in place, with no lock
+# unless its cache evicts, so two processes compiling the same program could
+# read each other's half-written file.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   import atexit
   import shutil
@@ -26,8 +31,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _cache = tempfile.mkdtemp(prefix="rlpt-test-xla-")
   atexit.register(shutil.rmtree, _cache, ignore_errors=True)
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+  os.environ["RLPT_TEST_XLA_CACHE"] = _cache
   os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
   os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+if _WORKER and os.environ.get("RLPT_TEST_XLA_CACHE") == os.environ["JAX_COMPILATION_CACHE_DIR"]:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(os.environ["RLPT_TEST_XLA_CACHE"], _WORKER)
 # One cache of pre-trained bases for the session (tests/bases.py): tests that do
 # not test pre-training share it, so each tiny base trains once, not per test.
 if "RLPT_TEST_BASES" not in os.environ:

@@ -55,7 +55,10 @@ def test_cpu_heavy_job_passes_while_busy_loops_share_its_core(pool):
     # wall-clock limit allowed, yet a correct answer.
     cpu = min(os.sched_getaffinity(0))
     loop = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
-    loops = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(2)]
+    # Each loop in a session of its own, as the sandbox's worker is: with the
+    # kernel's autogroup scheduling a core is shared fairly between sessions,
+    # so loops inside the test's own session would leave the job most of it.
+    loops = [subprocess.Popen([sys.executable, "-c", loop], start_new_session=True) for _ in range(2)]
     try:
         result = pool.run(PythonJob(source=_BURN, entry="f", calls=((1.2, cpu),), timeout_s=2.0))
     finally:
