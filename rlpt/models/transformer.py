@@ -20,7 +20,7 @@ from flax import nnx
 from rlpt.attention import attention, attention_mask, rope_frequencies
 from rlpt.attention.decode import sharded_decode_attention
 from rlpt.attention.rope import apply_rope_with_frequencies
-from rlpt.models.cache import KVCache, write_kv
+from rlpt.models.cache import KVCache, LayerKV, attention_with_lse, write_kv
 from rlpt.config.model import ModelConfig
 from rlpt.sharding import constrain
 
@@ -76,8 +76,10 @@ def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, scale: float | 
   ``kv_heads_major``: keys [B, K, H, S] and values [B, K, S, H] (a KVCache layer).
   """
   b, t, n, h = q_BxTxNxH.shape
-  if kv_heads_major and t == 1 and not softcap:
-    return _decode_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, scale)
+  if kv_heads_major and not softcap:
+    # A cache layer is read as stored (bf16 or fp32) with fp32 accumulation.
+    out, _ = attention_with_lse(q_BxTxNxH, LayerKV(k_BxSxKxH, v_BxSxKxH), mask_BxTxS, scale)
+    return out.astype(q_BxTxNxH.dtype)
   k_eq, kv = ("bkhs", "bksh") if kv_heads_major else ("bskh", "bskh")
   kh = k_BxSxKxH.shape[1 if kv_heads_major else 2]
   q = q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
@@ -90,24 +92,6 @@ def dense_attention(q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, scale: float | 
   probs = jax.nn.softmax(scores_BxKxGxTxS, axis=-1)
   out = jnp.einsum(f"bkgts,{kv}->btkgh", probs, v_BxSxKxH.astype(jnp.float32))
   return out.reshape(b, t, n, h).astype(q_BxTxNxH.dtype)
-
-
-def _decode_attention(q_Bx1xNxH, k_BxKxHxS, v_BxKxSxH, mask_Bx1xS, scale: float | None):
-  """dense_attention for one query per row over a KVCache layer.
-
-  The same math with the length-1 query axis dropped, which lets XLA on CPU
-  run both products as plain batched matmuls over (B, K) with no transposes.
-  """
-  b, _, n, h = q_Bx1xNxH.shape
-  kh = k_BxKxHxS.shape[1]
-  q = q_Bx1xNxH.reshape(b, kh, n // kh, h).astype(jnp.float32)
-  q = q * jnp.float32(h ** -0.5 if scale is None else scale)
-  scores_BxKxGxS = jnp.einsum("bkgh,bkhs->bkgs", q, k_BxKxHxS.astype(jnp.float32))
-  big_neg = jnp.finfo(jnp.float32).min
-  scores_BxKxGxS = jnp.where(mask_Bx1xS[:, None], scores_BxKxGxS, big_neg)
-  probs = jax.nn.softmax(scores_BxKxGxS, axis=-1)
-  out = jnp.einsum("bkgs,bksh->bkgh", probs, v_BxKxSxH.astype(jnp.float32))
-  return out.reshape(b, 1, n, h).astype(q_Bx1xNxH.dtype)
 
 
 class Attention(nnx.Module):

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlpt.models import KVCache, ModelConfig, init_cache, write_kv
+from rlpt.models.cache import LayerKV, attention_with_lse
 from rlpt.sampling.logits import SamplingParams, sample_token
 from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, init_int8_cache, quantize_kv)
 from rlpt.sampling.sampler import SampleOutput, check_decode_phases, decode_bounds, grow_slots
@@ -65,82 +66,11 @@ def write_layer(cache: AnyKV, layer: int, k_BxTxKxH: jax.Array, v_BxTxKxH: jax.A
   return KVCache(put(cache.k, k_BxTxKxH, keys=True), put(cache.v, v_BxTxKxH))
 
 
-class LayerKV(NamedTuple):
-  """One layer's cache as stored: keys [B, K, H, S] and values [B, K, S, H] in
-  the cache's dtype, and for an int8 cache their fp32 scales [B, K, S] (else
-  None). Attention reads these directly: no widened copy of a cache exists."""
-
-  k: jax.Array
-  v: jax.Array
-  k_scale: jax.Array | None = None
-  v_scale: jax.Array | None = None
-
-  @property
-  def length(self) -> int:
-    return self.v.shape[2]
-
-
 def read_layer(cache: AnyKV, layer: int) -> LayerKV:
   """Layer ``layer`` of a cache, as stored."""
   if isinstance(cache, Int8KVCache):
     return LayerKV(cache.k[layer], cache.v[layer], cache.k_scale[layer], cache.v_scale[layer])
   return LayerKV(cache.k[layer], cache.v[layer])
-
-
-def attention_with_lse(q_BxTxNxH, kv: LayerKV, mask_BxTxS) -> tuple[jax.Array, jax.Array]:
-  """Softmax attention over a cache layer that also returns the log-sum-exp.
-
-  Both products take their operands in the queries' dtype (the model's: bf16
-  or fp32) and accumulate in fp32, as a flash kernel does: a bf16 cache is read
-  as its two bytes a value, never widened to an fp32 copy. An int8 cache is
-  read as its codes; its scales multiply the scores (keys) and the
-  probabilities (values), which is the same sum as dequantizing first. The
-  softmax is in fp32. Returns (out [B, T, N, H] fp32, normalised over the
-  visible keys, lse [B, T, N]). A query that sees no key gets out 0 and lse
-  -inf, so it drops out of a log-sum-exp merge (``merge_attention``). One
-  query per row (decode) drops the T axis, so that both products are plain
-  batched matmuls.
-  """
-  b, t, n, h = q_BxTxNxH.shape
-  kh = kv.k.shape[1]
-  dt = q_BxTxNxH.dtype if jnp.issubdtype(q_BxTxNxH.dtype, jnp.floating) else jnp.float32
-  q = (q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
-       * jnp.float32(h ** -0.5)).astype(dt)
-  dot = lambda eq, x, y: jnp.einsum(eq, x, y.astype(dt), preferred_element_type=jnp.float32)
-  # scores: [B, K, G, S] for one query per row, else [B, K, G, T, S].
-  if t == 1:
-    scores = dot("bkgh,bkhs->bkgs", q[:, 0], kv.k)
-    scale_axes = (slice(None), slice(None), None)
-    mask = mask_BxTxS[:, :, None]
-  else:
-    scores = dot("btkgh,bkhs->bkgts", q, kv.k)
-    scale_axes = (slice(None), slice(None), None, None)
-    mask = mask_BxTxS[:, None, None]
-  if kv.k_scale is not None:
-    scores = scores * kv.k_scale[scale_axes]
-  scores = jnp.where(mask, scores, -jnp.inf)
-  m = jnp.max(scores, axis=-1, keepdims=True)
-  m = jnp.where(jnp.isfinite(m), m, 0.0)
-  p = jnp.exp(scores - m)
-  denom = jnp.sum(p, axis=-1, keepdims=True)
-  p = p / jnp.where(denom == 0, 1.0, denom)
-  lse = (m + jnp.log(denom))[..., 0]
-  if kv.v_scale is not None:
-    p = p * kv.v_scale[scale_axes]
-  p = p.astype(dt)
-  if t == 1:
-    out = dot("bkgs,bksh->bkgh", p, kv.v)
-    return out.reshape(b, 1, n, h), lse.reshape(b, 1, n)
-  out = dot("bkgts,bksh->btkgh", p, kv.v)
-  return out.reshape(b, t, n, h), jnp.moveaxis(lse, 3, 1).reshape(b, t, n)
-
-
-def merge_attention(out_a, lse_a, out_b, lse_b) -> jax.Array:
-  """Exact softmax over the union of two disjoint key sets from their partials."""
-  m = jnp.maximum(lse_a, lse_b)
-  m = jnp.where(jnp.isfinite(m), m, 0.0)
-  wa, wb = jnp.exp(lse_a - m), jnp.exp(lse_b - m)
-  return (out_a * wa[..., None] + out_b * wb[..., None]) / (wa + wb)[..., None]
 
 
 def cached_forward(graphdef: nnx.GraphDef, params: nnx.State, tokens_BxT: jax.Array,

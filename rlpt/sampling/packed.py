@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlpt.sampling.fast import AnyKV, LayerKV, attention_with_lse, cached_forward
+from rlpt.models.cache import LayerKV, attention_with_lse
+from rlpt.sampling.fast import AnyKV, cached_forward
 from rlpt.sampling.quant import Int8KVCache, as_params, dequantize_kv, quantize_kv
 
 

@@ -4,7 +4,7 @@ A group's prompt is prefilled once (P prompts, not P * G rows) and its keys
 and values are kept once per group. Each row decodes into its own suffix
 cache. A query's attention is split in two partial softmaxes over disjoint
 key sets, the group's prompt and the row's own suffix, and merged exactly by
-log-sum-exp (``rlpt.sampling.fast.merge_attention``):
+log-sum-exp (``rlpt.models.cache.merge_attention``):
 
   out = (o_pre * exp(lse_pre - m) + o_suf * exp(lse_suf - m))
         / (exp(lse_pre - m) + exp(lse_suf - m)),   m = max(lse_pre, lse_suf)
@@ -43,8 +43,8 @@ import jax
 import jax.numpy as jnp
 
 from rlpt.models import ModelConfig
-from rlpt.sampling.fast import (AnyKV, FlatLayout, attention_with_lse, merge_attention,
-                                  read_layer, write_layer)
+from rlpt.models.cache import attention_with_lse, merge_attention
+from rlpt.sampling.fast import AnyKV, FlatLayout, read_layer, write_layer
 from rlpt.sampling.sampler import grow_slots
 
 

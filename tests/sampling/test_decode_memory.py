@@ -21,7 +21,8 @@ from flax import nnx
 from rlpt.models import ModelConfig, Transformer, write_kv
 from rlpt.models.transformer import project
 from rlpt.sampling import SamplingParams
-from rlpt.sampling.fast import FastSampler, LayerKV, attention_with_lse
+from rlpt.models.cache import LayerKV, attention_with_lse
+from rlpt.sampling.fast import FastSampler
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import quantize_kv
 from rlpt.sampling.speculative import SpeculativeSampler
