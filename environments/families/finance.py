@@ -107,6 +107,7 @@ class SourceDomain(Domain):
     def __init__(self, spec: DomainSpec, rows: Sequence[sources.Row], refused: Sequence[Refused]) -> None:
         self.spec = spec
         self.refused = tuple(refused)
+        self.rows = tuple(rows)  # with each row's published answer as written
         self._tasks = tuple(r.task for r in rows)
         self._by_split = {s: np.array([i for i, r in enumerate(rows) if r.split == s], dtype=np.int64)
                           for s in splits.SPLITS}

@@ -9,9 +9,12 @@ that lists candidates is not a number.
 percentage as its ratio, "3.2 million" as 3.2e6). An answer that names its
 unit ("%", "million") is read in that unit; a bare number may be given in the
 reference's own unit (the table's "in millions", TAT-QA's scale) or in base
-units. Tolerance: FinQA's evaluate.py rounds executed results to 5 decimals,
-so an absolute 5e-6 in base units, or a relative 0.5% for answers written to
-fewer digits (14.1% for 0.14136); a count must be exact.
+units. Tolerance: the answer must be the reference rounded to the digits the
+answer writes (within half a unit of its last digit: 14.1% for 0.14136, but
+not 2018 for 2019), and that rounding may not be coarser than 0.5% of the
+reference (14% for 0.14136 fails); FinQA's evaluate.py rounds executed results
+to 5 decimals, so an absolute 5e-6 in base units is always allowed. A count
+must be exact.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ class Number:
 
     value: float
     unit: str = ""
+    decimals: int = 0  # digits written after the decimal point
+
+    @property
+    def half_unit(self) -> float:
+        """Half a unit of the last written digit, in the number's own unit."""
+        return 0.5 * 10.0 ** -self.decimals
 
     @property
     def base(self) -> float:
@@ -62,21 +71,22 @@ def parse_number(text: str) -> Number | None:
         unit = "percent"
     value = float(m["num"].replace(",", ""))
     negative = m["open"] or (m["sign"] or m["sign2"] or "+") in "-\u2212"
-    return Number(-value if negative else value, unit)
+    _, dot, frac = m["num"].partition(".")
+    return Number(-value if negative else value, unit, len(frac) if dot else 0)
 
 
-def candidates(answer: Number, reference_unit: str) -> tuple[float, ...]:
-    """The base-unit values `answer` may mean: as its unit says, or, when it names
-    none, in the reference's unit or already in base units."""
-    if answer.unit:
-        return (answer.base,)
-    return tuple(dict.fromkeys((answer.value * SCALES[reference_unit], answer.value)))
+def candidates(answer: Number, reference_unit: str) -> tuple[tuple[float, float], ...]:
+    """(base-unit value, half a unit of its last digit) for each thing `answer`
+    may mean: as its unit says, or, when it names none, in the reference's
+    unit or already in base units."""
+    units = (answer.unit,) if answer.unit else tuple(dict.fromkeys((reference_unit, "")))
+    return tuple((answer.value * SCALES[u], answer.half_unit * SCALES[u]) for u in units)
 
 
-def close(got: float, want: float, exact: bool = False) -> bool:
-    if exact:
-        return got == want
-    return abs(got - want) <= max(ABS_TOL, REL_TOL * abs(want))
+def close(got: float, want: float, half_unit: float = 0.0) -> bool:
+    """`got`, written to within `half_unit`, is `want` rounded (see the module doc)."""
+    diff = abs(got - want)
+    return diff <= max(ABS_TOL, half_unit) and diff <= max(ABS_TOL, REL_TOL * abs(want))
 
 
 def matches(answer: Number, want_base: float, reference_unit: str = "", exact: bool = False) -> bool:
@@ -87,7 +97,7 @@ def matches(answer: Number, want_base: float, reference_unit: str = "", exact: b
     if exact:
         want = want_base / SCALES[reference_unit]
         return answer.unit in ("", reference_unit) and answer.value == want
-    return any(close(c, want_base) for c in candidates(answer, reference_unit))
+    return any(close(value, want_base, half) for value, half in candidates(answer, reference_unit))
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -107,5 +117,5 @@ def same_text(got: str, want: str) -> bool:
     """Equal after normalisation; two numbers are compared as numbers."""
     a, b = parse_number(got), parse_number(want)
     if a is not None and b is not None:
-        return a.unit == b.unit and close(a.value, b.value)
+        return a.unit == b.unit and close(a.value, b.value, a.half_unit)
     return normalise_text(got) == normalise_text(want)

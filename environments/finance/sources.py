@@ -42,10 +42,12 @@ SOURCES = ("finqa", "tatqa", "convfinqa")
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One gradable task of a source and its split ("train" / "eval")."""
+    """One gradable task of a source, its split ("train" / "eval") and its
+    published answer as the file writes it (as text; a list as JSON)."""
 
     task: Problem
     split: str
+    published: str = ""
 
 
 def render_table(rows: Sequence[Sequence[Any]]) -> str:
@@ -144,7 +146,7 @@ def _finqa_row(name: str, entry: dict) -> Row:
     text = prompt(_context(entry), qa["question"], ref)
     key = f"finqa:{entry.get('id')}"
     return Row(Problem(key=key, prompt=text, demonstration=demonstrate(ref), hidden=ref, retry_cue="A: "),
-               _split_of(name))
+               _split_of(name), str(qa["exe_ans"]))
 
 
 def _span_ref(text: str, scale: str) -> Reference:
@@ -195,7 +197,10 @@ def _tatqa_rows(name: str, entry: dict) -> Iterator[tuple[str, str | None, Row |
             continue
         task = Problem(key=f"tatqa:{uid}", prompt=prompt(context, q["question"], ref),
                        demonstration=demonstrate(ref), hidden=ref, retry_cue="A: ")
-        yield f"question {j}", uid, Row(task, _split_of(name))
+        answer = q["answer"]
+        published = json.dumps(answer) if isinstance(answer, list) and len(answer) > 1 else (
+            str(answer[0]) if isinstance(answer, list) else str(answer))
+        yield f"question {j}", uid, Row(task, _split_of(name), published)
 
 
 def _turns(entry: dict) -> Iterator[tuple[int, list, list, Any]]:
@@ -236,7 +241,7 @@ def _convfinqa_rows(name: str, entry: dict) -> Iterator[tuple[str, str | None, R
         history = [(str(q), _shown(a)) for q, a in zip(questions[:-1], answers)]
         task = Problem(key=f"convfinqa:{ident}#{turn}", prompt=prompt(context, str(questions[-1]), ref, history),
                        demonstration=demonstrate(ref), hidden=ref, retry_cue="A: ")
-        yield where, f"{ident}#{turn}", Row(task, _split_of(name))
+        yield where, f"{ident}#{turn}", Row(task, _split_of(name), str(answers[turn]))
 
 
 def _shown(answer: Any) -> str:

@@ -20,9 +20,10 @@ REPORT_IDS = [s.id for s in registry.list_domains(family="finance") if "-report-
 
 
 @pytest.mark.parametrize("text,want", [
-    ("$1,234.5", Number(1234.5)), ("(1,234)", Number(-1234.0)), ("-12.5%", Number(-12.5, "percent")),
-    ("3.2 million", Number(3.2, "million")), ("$(15)", Number(-15.0)), ("(12.5%)", Number(-12.5, "percent")),
-    ("$-5", Number(-5.0)), ("4.1m", Number(4.1, "million")), ("  7. ", Number(7.0)), ("2 bn", Number(2, "billion")),
+    ("$1,234.5", Number(1234.5, "", 1)), ("(1,234)", Number(-1234.0)), ("-12.5%", Number(-12.5, "percent", 1)),
+    ("3.2 million", Number(3.2, "million", 1)), ("$(15)", Number(-15.0)), ("(12.5%)", Number(-12.5, "percent", 1)),
+    ("$-5", Number(-5.0)), ("4.1m", Number(4.1, "million", 1)), ("  7. ", Number(7.0)), ("2 bn", Number(2, "billion")),
+    ("1,234.50", Number(1234.5, "", 2)),
     ("12 or 13", None), ("1,23", None), ("--3", None), ("(5", None), ("abc", None), ("", None), ("5 apples", None),
     ("1 2 3", None), ("12%%", None),
 ])
@@ -37,9 +38,11 @@ def test_numbers_compare_in_base_units_with_finqa_tolerance():
     for bad in ("14", "0.15", "-14.136%", "1413.6"):
         assert grade(ratio, bad).verdict.value == "FAIL", bad
     amount = Reference("number", 1.2345e9, "million")  # a table "in millions": 1,234.5
-    for ok in ("1,234.5", "$1,234.5 million", "1.2345 billion", "1234500000", "$1.23 billion"):
+    for ok in ("1,234.5", "$1,234.5 million", "1.2345 billion", "1234500000", "$1.23 billion", "1,235"):
         assert grade(amount, ok).verdict.value == "PASS", ok
-    assert grade(amount, "1,234.5 thousand").verdict.value == "FAIL"
+    for bad in ("1,234.5 thousand", "1,236", "1.2 billion", "1,234.6"):  # off by more than the digits written
+        assert grade(amount, bad).verdict.value == "FAIL", bad
+    assert grade(Reference("number", 2019.0), "2018").verdict.value == "FAIL"  # a year is not within 0.5%
     assert grade(Reference("number", -30e3, "thousand"), "(30)").verdict.value == "PASS"
     assert grade(Reference("number", 0.0), "0.000004").verdict.value == "PASS"  # FinQA's 5 decimals
     assert grade(Reference("number", 0.0), "0.00001").verdict.value == "FAIL"
