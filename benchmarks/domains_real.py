@@ -17,7 +17,10 @@ Finance rows (`finance_rows`), one per domain:
   answer graded where the two differ (a text given for a number is MALFORMED;
   `wrong_pass` counts the wrong answers graded PASS).
 
-Grading latency (p50 / p99 over every answer graded) and throughput (answers
+Both also grade, per task, two answers listing every number of the prompt
+(as text and as a JSON list; `dump_pass` counts those graded PASS).
+
+Grading latency (p50 / p99 over the references and wrong answers graded) and throughput (answers
 per second) are of one thread in this process.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import sys
@@ -64,9 +68,21 @@ def _wrong(ref: answers.Reference) -> str:
     return answers.show_number(ref.value / numbers.SCALES[ref.unit] * 1.5 + 1)
 
 
+_NUMBER_RE = re.compile(r"\(?-?\$?\d[\d,]*(?:\.\d+)?%?\)?")
+
+
+def _dumps(tasks: list[Any]) -> list[tuple[Any, str]]:
+    """Answers that list every number of the prompt, as text and as a JSON list: none may PASS."""
+    out = []
+    for task in tasks:
+        found = _NUMBER_RE.findall(task.prompt)
+        out += [(task.hidden, " ".join(found)), (task.hidden, json.dumps(found))]
+    return out
+
+
 def _row(domain: str, source: str, verdicts: list[str], wrongs: list[str], seconds: list[float],
-         **extra: Any) -> dict[str, Any]:
-    return {"domain": domain, "source": source, "graded": len(verdicts),
+         dumps: list[str], **extra: Any) -> dict[str, Any]:
+    return {"domain": domain, "source": source, "graded": len(verdicts), "dump_pass": dumps.count("PASS"),
             "ref_pass": verdicts.count("PASS") / max(len(verdicts), 1),
             "wrong_fail": wrongs.count("FAIL") / max(len(wrongs), 1) if wrongs else float("nan"),
             "wrong_malformed": wrongs.count("MALFORMED"), "wrong_pass": wrongs.count("PASS"), "wrongs": len(wrongs),
@@ -79,16 +95,18 @@ def generated_rows(tasks: int) -> list[dict[str, Any]]:
     for spec in registry.list_domains(family="finance"):
         if "-report-" not in spec.id:
             continue
-        env, resets, refs = gymnasium.make(spec.id), [], []
+        env, resets, refs, tasks_seen = gymnasium.make(spec.id), [], [], []
         for seed in range(tasks):
             finance._text.cache_clear()
             t = time.perf_counter()
             _, info = env.reset(seed=seed)
             resets.append(time.perf_counter() - t)
             refs.append((env.unwrapped.task.hidden, info["demonstration"]))
+            tasks_seen.append(env.unwrapped.task)
         verdicts, seconds = _timed_grades(refs)
         wrongs, more = _timed_grades([(ref, _wrong(ref)) for ref, _ in refs])
-        out.append(_row(spec.id, "generated", verdicts, wrongs, seconds + more,
+        dumps, _ = _timed_grades(_dumps(tasks_seen))
+        out.append(_row(spec.id, "generated", verdicts, wrongs, seconds + more, dumps,
                         reset_p50_ms=_ms(resets, 0.5), reset_p99_ms=_ms(resets, 0.99)))
     return out
 
@@ -110,8 +128,9 @@ def public_row(source: str, path: str) -> dict[str, Any]:
         pairs = [(a.task.hidden, b.published) for a, b in zip(rows, rows[1:] + rows[:1])
                  if numbers.normalise_text(a.published) != numbers.normalise_text(b.published)]
         wrongs, more = _timed_grades(pairs)
+        dumps, _ = _timed_grades(_dumps([r.task for r in rows]))
         failed = [r.task.key for r, v in zip(rows, verdicts) if v != "PASS"]
-        return _row(domain_id, f"{source}: {path}", verdicts, wrongs, seconds + more, load_s=load_s,
+        return _row(domain_id, f"{source}: {path}", verdicts, wrongs, seconds + more, dumps, load_s=load_s,
                     refused=len(domain.refused), refused_by_reason=_reasons(domain.refused),
                     not_passed=failed[:10])
     finally:
@@ -129,13 +148,13 @@ def finance_rows(finqa: str | None = None, tatqa: str | None = None, convfinqa: 
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    print("| domain | graded | ref PASS | wrong: FAIL / MALFORMED / PASS | grade p50 / p99 ms | grades/s "
-          "| reset p50 / p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| domain | graded | ref PASS | wrong: FAIL / MALFORMED / PASS | number dumps PASS | grade p50 / p99 ms "
+          "| grades/s | reset p50 / p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         reset = f"{r['reset_p50_ms']:.0f} / {r['reset_p99_ms']:.0f}" if "reset_p50_ms" in r else "-"
         wrong = f"{100 * r['wrong_fail']:.2f}% / {r['wrong_malformed']} / {r['wrong_pass']} of {r['wrongs']}"
-        print(f"| {r['domain']} | {r['graded']} | {100 * r['ref_pass']:.2f}% | {wrong} | "
+        print(f"| {r['domain']} | {r['graded']} | {100 * r['ref_pass']:.2f}% | {wrong} | {r['dump_pass']} | "
               f"{r['grade_p50_ms']:.3f} / {r['grade_p99_ms']:.3f} | {r['grades_per_s']:.0f} | {reset} |")
     for r in rows:
         if "refused" in r:
