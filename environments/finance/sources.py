@@ -216,6 +216,7 @@ def _turns(entry: dict) -> Iterator[tuple[int, list, list, Any]]:
         turn = entry.get("turn_ind")
         if not isinstance(turn, int) or not 0 <= turn < len(dialogue):
             raise ValueError(f"turn_ind {turn!r} is not a turn of the conversation")
+        answers = answers[:turn] + [entry.get("exe_ans", answers[turn])]  # the entry's own answer
         yield turn, dialogue[: turn + 1], answers, entry.get("cur_program", programs[turn])
         return
     for turn in range(len(dialogue)):
