@@ -1,6 +1,6 @@
 """A `Report` laid out as a PDF (reportlab, matplotlib) and its text read back (pdfplumber).
 
-Charts: matplotlib (Agg) draws the bars, lines, axes and grid as an image
+Charts: matplotlib (a bare `Figure`, saved by Agg) draws the bars, lines, axes and grid as an image
 with no text at all; every label (values over the bars and points, the
 categories under them, the y-axis ticks) is drawn by reportlab as PDF text at
 the place matplotlib's transforms give. So a chart's data is in its labels
@@ -32,8 +32,7 @@ _AXES = (0.1, 0.16, 0.86, 0.7)      # left, bottom, width, height as shares of t
 
 def _chart_image(chart: Chart) -> tuple[bytes, list[tuple[float, float, str, str]]]:
     """(PNG without text, labels as (x, y in points from the chart's lower left, text, anchor))."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
+    # A bare Figure, not pyplot: no global backend or figure registry is touched; PNG goes through Agg.
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(_CHART_W / 72, _CHART_H / 72), dpi=_DPI)

@@ -2,7 +2,11 @@
 tiny files in their formats written here), generated PDF reports, and answers
 that must earn nothing."""
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
 import zipfile
 
 import gymnasium
@@ -16,6 +20,7 @@ from environments.finance import answers, program, reports
 from environments.finance.answers import Reference, grade
 from environments.finance.numbers import Number, parse_number
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORT_IDS = [s.id for s in registry.list_domains(family="finance") if "-report-" in s.id]
 
 
@@ -262,6 +267,12 @@ def test_generated_reports_are_deterministic():
     from environments.finance import pdf
     a, b = (reports.draw(np.random.default_rng(11), "medium") for _ in range(2))
     assert a == b and pdf.render(a) == pdf.render(b)
+    # Another process (another hash seed) makes the same bytes: no date, id or set order leaks in.
+    code = ("import hashlib, numpy as np; from environments.finance import pdf, reports; "
+            "print(hashlib.sha256(pdf.render(reports.draw(np.random.default_rng(11), 'medium'))).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "123"}, cwd=ROOT).stdout.strip()
+    assert out == hashlib.sha256(pdf.render(a)).hexdigest()
     first = gymnasium.make("rlpt/finance-report-chart-medium-v0").reset(seed=4)[0]
     finance._text.cache_clear()
     assert gymnasium.make("rlpt/finance-report-chart-medium-v0").reset(seed=4)[0] == first
