@@ -83,6 +83,9 @@ class ReportDomain(Domain):
 
     def _task(self, report: reports.Report, question: str, ref: answers.Reference, key: str) -> Problem:
         prompt = f"{_text(report)}\n\nQ: {question}\nAnswer with {ref.answer_format}.\nA: "
+        if not self.min_prompt_chars <= len(prompt) <= self.spec.max_prompt_chars:  # the bounds the spec promises
+            raise RuntimeError(f"{self.spec.id}: a report of {len(prompt)} characters, outside "
+                               f"[{self.min_prompt_chars}, {self.spec.max_prompt_chars}]")
         return Problem(key=key, prompt=prompt, demonstration=answers.demonstrate(ref), hidden=ref, retry_cue="A: ")
 
     def sample(self, rng: np.random.Generator) -> Problem:
