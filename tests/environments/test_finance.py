@@ -312,3 +312,11 @@ def test_benchmark_rows_on_a_published_file(tmp_path):
     assert row["refused_by_reason"] == {"no published answer (qa.exe_ans)": 1}
     assert (row["wrongs"], row["wrong_pass"], row["dump_pass"]) == (2, 0, 0) and row["grade_p99_ms"] > 0
     assert not registry.is_registered("rlpt/finance-finqa-bench-v0")
+
+
+def test_without_the_finance_extra_a_report_reset_names_it(monkeypatch):
+    finance._text.cache_clear()
+    for name in ("reportlab", "reportlab.platypus", "reportlab.lib", "matplotlib", "matplotlib.figure", "pdfplumber"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ImportError, match=r"finance extra: pip install 'rlpt-environments\[finance\]'"):
+        gymnasium.make("rlpt/finance-report-chart-easy-v0").reset(seed=123)
