@@ -105,17 +105,17 @@ def render(report: Report) -> bytes:
     """The report as PDF bytes (letter pages)."""
     from reportlab.lib.pagesizes import letter
     from reportlab.lib.styles import getSampleStyleSheet
-    from reportlab.platypus import PageBreak as RLPageBreak, Paragraph as RLParagraph, SimpleDocTemplate, Spacer
+    from reportlab.platypus import KeepTogether, PageBreak as RLPageBreak, Paragraph as RLParagraph
+    from reportlab.platypus import SimpleDocTemplate, Spacer
 
     styles = getSampleStyleSheet()
     story: list[Any] = []
     for block in report.blocks:
         if isinstance(block, Paragraph):
             story.append(RLParagraph(block.text, styles["Heading2" if block.heading else "BodyText"]))
-        elif isinstance(block, Table):
-            story += [RLParagraph(block.title, styles["Heading4"]), _table_flowable(block)]
-        elif isinstance(block, Chart):
-            story += [RLParagraph(block.title, styles["Heading4"]), _chart_flowable(block)]
+        elif isinstance(block, (Table, Chart)):  # a title stays on its table's or chart's page
+            body = _table_flowable(block) if isinstance(block, Table) else _chart_flowable(block)
+            story.append(KeepTogether([RLParagraph(block.title, styles["Heading4"]), body]))
         elif isinstance(block, PageBreak):
             story.append(RLPageBreak())
         story.append(Spacer(1, 6))
