@@ -142,6 +142,10 @@ def register_bounded(domain_id: str, max_prompt_chars: int,
     new_id = bounded_id(domain_id, max_prompt_chars, max_demo_chars)
     if registry.is_registered(new_id):
         return registry.get(new_id)
+    floor = getattr(base, "min_prompt_chars", 0)  # a domain that knows its prompts' least length
+    if floor > max_prompt_chars:
+        raise ValueError(f"{domain_id!r}: its prompts have at least {floor} characters, more than "
+                         f"{max_prompt_chars}; raise the bound or choose another domain")
     ok, tasks = probe(base, max_prompt_chars, max_demo_chars)
     if ok < MIN_SHARE * PROBES:
         prompts, demos = [len(t.prompt) for t in tasks], [len(t.demonstration) for t in tasks]

@@ -4,6 +4,12 @@ Prompt: a CSV of (company, quarter, revenue, cost) rows in thousands of
 dollars, then "Q: <question>\\nA: ". Numeric answers are graded with a
 tolerance (relative 0.5%, absolute 0.01) and may carry "$", "," or "%";
 company-name answers must match exactly (case-insensitive).
+
+This is the easy rung of the financial documents: the table is given as
+clean text. The next rungs are the finance family
+(`environments.families.finance`): the same kinds of questions about
+multi-page PDF reports read back by a PDF extractor (ruled and borderless
+tables, charts), and FinQA / TAT-QA / ConvFinQA as published.
 """
 
 from __future__ import annotations
