@@ -95,12 +95,20 @@ class RolloutConfig:
   # the shape (auto_decode_phases: max_new_tokens // 16, 1 to 8; 1 for
   # non-dense or windowed attention and speculative decoding).
   decode_phases: int = 0
+  # How the fast path's decode steps attend to the cache: "xla" (two einsums
+  # over the cache), "pallas" (a TPU kernel that reads only each row's live
+  # blocks, rlpt.models.decode_kernel) or "pallas-interpret" (that kernel
+  # interpreted: CPU tests). Anything but "xla" takes the fast path.
+  decode_kernel: str = "xla"
 
   @property
   def fast_sampler(self) -> bool:
-    return self.weights_int8 or self.kv_int8 or self.share_prefix
+    return self.weights_int8 or self.kv_int8 or self.share_prefix or self.decode_kernel != "xla"
 
   def __post_init__(self):
+    _require(self.decode_kernel in ("xla", "pallas", "pallas-interpret"),
+             f"rollout.decode_kernel is {self.decode_kernel!r}; expected 'xla', 'pallas' (TPU) "
+             "or 'pallas-interpret'.")
     _require(self.max_attempts >= 1, f"rollout.max_attempts must be >= 1, got {self.max_attempts}.")
     _require(self.max_turns >= 0,
              f"rollout.max_turns must be >= 0 (0 = each domain's own), got {self.max_turns}.")

@@ -91,47 +91,40 @@ def attention_with_lse(q_BxTxNxH, kv: LayerKV, mask_BxTxS,
   probabilities (values), which is the same sum as dequantizing first. The
   softmax is in fp32. Returns (out [B, T, N, H] fp32, normalised over the
   visible keys, lse [B, T, N]). A query that sees no key gets out 0 and lse
-  -inf, so it drops out of a log-sum-exp merge (``merge_attention``). One
-  query per row (decode) drops the T axis, so that both products are plain
-  batched matmuls. ``scale`` multiplies the scores (default head_dim**-0.5).
+  -inf, so it drops out of a log-sum-exp merge (``merge_attention``).
+  ``scale`` multiplies the scores (default head_dim**-0.5).
   """
   b, t, n, h = q_BxTxNxH.shape
   kh = kv.k.shape[1]
+  g = n // kh
   dt = q_BxTxNxH.dtype if jnp.issubdtype(q_BxTxNxH.dtype, jnp.floating) else jnp.float32
-  q = (q_BxTxNxH.reshape(b, t, kh, n // kh, h).astype(jnp.float32)
-       * jnp.float32(h ** -0.5 if scale is None else scale)).astype(dt)
+  q = (q_BxTxNxH.astype(jnp.float32) * jnp.float32(h ** -0.5 if scale is None else scale))
+  # A row's T queries and G grouped heads share their kv head's keys: one
+  # [T*G, H] x [H, S] product per (row, kv head), a plain batched matmul.
+  q = q.reshape(b, t, kh, g, h).transpose(0, 2, 1, 3, 4).reshape(b, kh, t * g, h).astype(dt)
   dot = lambda eq, x, y: jnp.einsum(eq, x, y.astype(dt), preferred_element_type=jnp.float32)
-  # scores: [B, K, G, S] for one query per row, else [B, K, G, T, S].
-  if t == 1:
-    scores = dot("bkgh,bkhs->bkgs", q[:, 0], kv.k)
-    scale_axes = (slice(None), slice(None), None)
-    mask = mask_BxTxS[:, :, None]
-  else:
-    scores = dot("btkgh,bkhs->bkgts", q, kv.k)
-    scale_axes = (slice(None), slice(None), None, None)
-    mask = mask_BxTxS[:, None, None]
+  scores = dot("bkqh,bkhs->bkqs", q, kv.k).reshape(b, kh, t, g, -1)
   if kv.k_scale is not None:
-    scores = scores * kv.k_scale[scale_axes]
-  scores = jnp.where(mask, scores, -jnp.inf)
+    scores = scores * kv.k_scale[:, :, None, None]
+  scores = jnp.where(mask_BxTxS[:, None, :, None], scores, -jnp.inf)
   m = jnp.max(scores, axis=-1, keepdims=True)
   m = jnp.where(jnp.isfinite(m), m, 0.0)
   p = jnp.exp(scores - m)
   denom = jnp.sum(p, axis=-1, keepdims=True)
   p = p / jnp.where(denom == 0, 1.0, denom)
-  lse = (m + jnp.log(denom))[..., 0]
+  lse = (m + jnp.log(denom))[..., 0]                          # [B, K, T, G]
   if kv.v_scale is not None:
-    p = p * kv.v_scale[scale_axes]
-  p = p.astype(dt)
-  if t == 1:
-    out = dot("bkgs,bksh->bkgh", p, kv.v)
-    return out.reshape(b, 1, n, h), lse.reshape(b, 1, n)
-  out = dot("bkgts,bksh->btkgh", p, kv.v)
-  return out.reshape(b, t, n, h), jnp.moveaxis(lse, 3, 1).reshape(b, t, n)
+    p = p * kv.v_scale[:, :, None, None]
+  out = dot("bkqs,bksh->bkqh", p.astype(dt).reshape(b, kh, t * g, -1), kv.v)
+  out = out.reshape(b, kh, t, g, h).transpose(0, 2, 1, 3, 4).reshape(b, t, n, h)
+  return out, lse.transpose(0, 2, 1, 3).reshape(b, t, n)
 
 
 def merge_attention(out_a, lse_a, out_b, lse_b) -> jax.Array:
-  """Exact softmax over the union of two disjoint key sets from their partials."""
+  """Exact softmax over the union of two disjoint key sets from their partials
+  (a query that sees neither set gets 0)."""
   m = jnp.maximum(lse_a, lse_b)
   m = jnp.where(jnp.isfinite(m), m, 0.0)
   wa, wb = jnp.exp(lse_a - m), jnp.exp(lse_b - m)
-  return (out_a * wa[..., None] + out_b * wb[..., None]) / (wa + wb)[..., None]
+  total = wa + wb
+  return (out_a * wa[..., None] + out_b * wb[..., None]) / jnp.where(total == 0, 1.0, total)[..., None]

@@ -61,7 +61,8 @@ class RolloutSampling:
         # Rows in lockstep: each step writes one slot of every row in place
         # (rlpt.sampling.prefix; benchmarks/decode_bytes.py measures it).
         self.sampler = FastSampler(graphdef, model_cfg, *args,
-                                   PrefixLayout(1, ro.kv_int8, aligned=True), phases)
+                                   PrefixLayout(1, ro.kv_int8, aligned=True,
+                                                decode_kernel=ro.decode_kernel), phases)
       except ValueError as e:
         raise ValueError(f"rollout.weights_int8/kv_int8/share_prefix, speculative.gamma: {e}") from e
       if ro.weights_int8:
@@ -73,7 +74,8 @@ class RolloutSampling:
         check_batch(ro.prompts_per_step, mesh, rules,
                     "rollout.batch_size / rollout.group_size (prompts per step, share_prefix)")
         grouped = FastSampler(graphdef, model_cfg, *args,
-                              PrefixLayout(ro.group_size, ro.kv_int8, aligned=True), phases)
+                              PrefixLayout(ro.group_size, ro.kv_int8, aligned=True,
+                                           decode_kernel=ro.decode_kernel), phases)
         # Grouped rollouts sample at the training temperature only.
         self.group_generate_fns = {
             modes[0]: jit_sampler(programs, grouped, modes[0], param_sh, mesh, rules)}

@@ -39,6 +39,7 @@ from flax import nnx
 
 from rlpt.models import KVCache, ModelConfig, init_cache, write_kv
 from rlpt.models.cache import LayerKV, attention_with_lse
+from rlpt.models.decode_kernel import check_kernel, shared_mask_attention
 from rlpt.sampling.logits import SamplingParams, sample_token
 from rlpt.sampling.quant import (Int8KVCache, QuantizedState, as_params, init_int8_cache, quantize_kv)
 from rlpt.sampling.sampler import SampleOutput, check_decode_phases, decode_bounds, grow_slots
@@ -99,12 +100,15 @@ def check_model_cfg(cfg: ModelConfig):
 
 @dataclasses.dataclass(frozen=True)
 class FlatLayout:
-  """One cache row per sequence, slot = position; fp32 or int8 (``kv_int8``)."""
+  """One cache row per sequence, slot = position; fp32 or int8 (``kv_int8``).
+  ``decode_kernel``: how a decode step attends (rlpt.models.decode_kernel)."""
 
   kv_int8: bool = False
   group_size: int = 1
+  decode_kernel: str = "xla"
 
   def __post_init__(self):
+    check_kernel(self.decode_kernel)
     if self.group_size != 1:
       raise ValueError(f"FlatLayout has one row per prompt; got group_size {self.group_size} "
                        "(repeat the prompts, or use PrefixLayout).")
@@ -119,7 +123,10 @@ class FlatLayout:
     cache = write_layer(cache, layer, k_BxTxKxH, v_BxTxKxH, positions_BxT[:, 0])
     kv = read_layer(cache, layer)
     mask_BxTxS = jnp.arange(kv.length)[None, None, :] <= positions_BxT[:, :, None]
-    out, _ = attention_with_lse(q_BxTxNxH, kv, mask_BxTxS)
+    if q_BxTxNxH.shape[1] == 1:  # decode: one query a row, so one key mask a row
+      out, _ = shared_mask_attention(q_BxTxNxH, kv, mask_BxTxS[:, 0], self.decode_kernel)
+    else:
+      out, _ = attention_with_lse(q_BxTxNxH, kv, mask_BxTxS)
     return out, cache
 
   def prefill(self, graphdef, cfg: ModelConfig, params, prompts_PxL, lengths_P,

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 
 from rlpt.models import ModelConfig
 from rlpt.models.cache import attention_with_lse, merge_attention
+from rlpt.models.decode_kernel import check_kernel, shared_mask_attention
 from rlpt.sampling.fast import AnyKV, FlatLayout, read_layer, write_layer
 from rlpt.sampling.sampler import grow_slots
 
@@ -69,8 +70,10 @@ class PrefixLayout:
   group_size: int
   kv_int8: bool = False
   aligned: bool = False
+  decode_kernel: str = "xla"
 
   def __post_init__(self):
+    check_kernel(self.decode_kernel)
     if self.group_size < 1:
       raise ValueError(f"group_size must be >= 1, got {self.group_size}.")
 
@@ -91,35 +94,39 @@ class PrefixLayout:
 
     def prefix():
       kv = read_layer(cache.prefix, layer)
-      mask_PxQxS = jnp.broadcast_to(
-          jnp.arange(kv.length)[None, None, :] < cache.prefix_len_P[:, None, None],
-          (p, g * t, kv.length))
-      out, lse = attention_with_lse(q_BxTxNxH.reshape(p, g * t, n, h), kv, mask_PxQxS)
+      mask_PxS = jnp.arange(kv.length)[None, :] < cache.prefix_len_P[:, None]
+      out, lse = shared_mask_attention(q_BxTxNxH.reshape(p, g * t, n, h), kv, mask_PxS,
+                                       self.decode_kernel)
       return out.reshape(b, t, n, h), lse.reshape(b, t, n)
 
     prefix_len_B = jnp.repeat(cache.prefix_len_P, g)
     slot = positions_BxT[0, 0] - prefix_len_B[0] if self.aligned else None
     out, suffix = split_attention(cache.suffix, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH,
-                                  positions_BxT, prefix_len_B, prefix, slot)
+                                  positions_BxT, prefix_len_B, prefix, slot, self.decode_kernel)
     return out, cache._replace(suffix=suffix)
 
 
 def split_attention(suffix: AnyKV, layer, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, positions_BxT,
-                    prefix_len_B, prefix_attention, slot=None):
+                    prefix_len_B, prefix_attention, slot=None, decode_kernel: str = "xla"):
   """Attention over a row's prefix and its own suffix, merged by log-sum-exp.
 
   Writes the new keys/values into ``suffix`` (slot = position - prefix length;
   ``slot``: that slot as one scalar, when it is every row's), attends over the
   suffix's positions up to each query's, and merges with
-  ``prefix_attention()`` -> (out, lse) over the prefix's keys. Returns (out,
+  ``prefix_attention()`` -> (out, lse) over the prefix's keys;
+  ``decode_kernel``: how a decode step attends to the suffix. Returns (out,
   suffix)."""
   if slot is None:
     slot = positions_BxT[:, 0] - prefix_len_B
   suffix = write_layer(suffix, layer, k_BxTxKxH, v_BxTxKxH, slot)
   kv = read_layer(suffix, layer)
   key_pos_BxS = prefix_len_B[:, None] + jnp.arange(kv.length)[None, :]
-  o_suf, lse_suf = attention_with_lse(q_BxTxNxH, kv,
-                                      key_pos_BxS[:, None, :] <= positions_BxT[:, :, None])
+  if q_BxTxNxH.shape[1] == 1:  # decode: one key mask a row
+    o_suf, lse_suf = shared_mask_attention(q_BxTxNxH, kv, key_pos_BxS <= positions_BxT,
+                                           decode_kernel)
+  else:
+    o_suf, lse_suf = attention_with_lse(q_BxTxNxH, kv,
+                                        key_pos_BxS[:, None, :] <= positions_BxT[:, :, None])
   o_pre, lse_pre = prefix_attention()
   return merge_attention(o_pre, lse_pre, o_suf, lse_suf), suffix
 
