@@ -13,7 +13,7 @@ ALL = [s.id for s in registry.list_domains()]
 def test_catalogue_size_and_coverage():
     assert len(ALL) >= 200
     fams = registry.families()
-    assert {"math", "strings", "code", "terminal", "documents", "csg", "longctx"} <= set(fams)
+    assert {"math", "strings", "code", "terminal", "documents", "cad", "longctx"} <= set(fams)
     for family in fams:
         assert {s.difficulty for s in registry.list_domains(family=family)} == {"easy", "medium", "hard"}, family
 
@@ -63,7 +63,7 @@ def test_csg_partial_credit_and_hostile_programs():
     assert grid.sum() == 64
     half = csg.voxelize(csg.parse("difference(box(0,0,0,4,4,4),box(0,0,2,4,4,4))"), 8)
     assert half.sum() == 32
-    env = gymnasium.make("rlpt/csg-box-easy-v0").unwrapped
+    env = gymnasium.make("rlpt/cad-csg-box-easy-v0").unwrapped
     env.reset(seed=0)
     target = csg.voxelize(csg.parse(env.task.hidden), 8)
     # Adding one voxel-thick slab outside the target gives partial credit.
