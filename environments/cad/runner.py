@@ -30,10 +30,14 @@ MAX_TRIANGLES = 100_000
 # A bracket builds in 20-40 ms; a script gets 10 s of CPU (fillets on a busy
 # kernel can take seconds) and the default wall-clock ceiling.
 TIMEOUT_S = 10.0
+# OCC starts threads of its own (a job without them hangs), which count as
+# processes: 16 bounds a fork bomb as well.
 # The worker holds the imported kernel (~400 MB resident, ~1 GB mapped), which
 # its memory cgroup counts too: a job may bring the whole worker to 2 GiB.
 LIMITS = sandbox.Limits(address_space_bytes=6 << 30, memory_bytes=2 << 30, file_size_bytes=1 << 20, open_files=64, processes=16)
 _START_TIMEOUT_S = 90.0
+# Each kernel worker holds ~400 MB; graders beyond the cores only queue.
+POOL_SIZE = 4
 _HARNESS = "from cad_kernel import build\n"
 _KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,10 +57,15 @@ class BuildOutcome:
     cpu_s: float
 
 
+REQUIRED = ("build123d", "manifold3d", "trimesh", "rtree")
+
+
 def available() -> tuple[bool, str]:
-    """(usable, reason): whether build123d is installed for the kernel worker."""
-    if importlib.util.find_spec("build123d") is None:
-        return False, "build123d is not installed (pip install 'rlpt-environments[cad]' or requirements.txt)"
+    """(usable, reason): whether the kernel (build123d) and the host's mesh
+    libraries are installed."""
+    missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
+    if missing:
+        return False, f"{', '.join(missing)} not installed (pip install 'rlpt-environments[cad]', or requirements.txt)"
     return True, "ok"
 
 
@@ -73,18 +82,25 @@ _pool: sandbox.SandboxPool | None = None
 _pool_pid: int | None = None
 
 
-def kernel_pool(size: int = 2) -> sandbox.SandboxPool:
-    """The process's kernel pool (lazily created, `size` workers)."""
+def new_pool(size: int = 2, launcher: sandbox.Launcher | None = None, preload: tuple[str, ...] = ("cad_kernel",)) -> sandbox.SandboxPool:
+    """A pool of `size` kernel workers, each importing `preload` before its first job."""
+    config = default_worker_config()
+    config.update(
+        paths=[_KERNEL_DIR, _site_dir()],
+        preload=list(preload),
+        # One thread per numerical library: the worker forks jobs, and a
+        # thread pool started before fork is missing in the child.
+        env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+    )
+    return sandbox.SandboxPool(size=size, launcher=launcher or sandbox.default_launcher(), worker_config=config, start_timeout_s=_START_TIMEOUT_S)
+
+
+def kernel_pool() -> sandbox.SandboxPool:
+    """The process's kernel pool (lazily created; as many workers as cores, at most POOL_SIZE)."""
     global _pool, _pool_pid
     with _lock:
         if _pool is None or _pool_pid != os.getpid():
-            config = default_worker_config()
-            config.update(
-                paths=[_KERNEL_DIR, _site_dir()],
-                preload=["cad_kernel"],
-                env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
-            )
-            _pool = sandbox.SandboxPool(size=size, launcher=sandbox.default_launcher(), worker_config=config, start_timeout_s=_START_TIMEOUT_S)
+            _pool = new_pool(min(POOL_SIZE, os.cpu_count() or 1))
             _pool_pid = os.getpid()
         return _pool
 
@@ -95,16 +111,18 @@ def _close() -> None:
         _pool.close()
 
 
-def build(script: str, pool: sandbox.SandboxPool | None = None) -> BuildOutcome:
-    """Builds `script` (which must define `result`) in the kernel sandbox."""
-    job = sandbox.PythonJob(source=_HARNESS, entry="build", calls=((script, LINEAR_MM, ANGULAR_RAD, MAX_TRIANGLES),), timeout_s=TIMEOUT_S, limits=LIMITS)
+def build(script: str, pool: sandbox.SandboxPool | None = None, timeout_s: float = TIMEOUT_S, wall_s: float | None = None) -> BuildOutcome:
+    """Builds `script` (which must define `result`) in the kernel sandbox, within
+    `timeout_s` CPU seconds and `wall_s` wall-clock seconds (None: the sandbox's default ceiling)."""
+    call = (script, LINEAR_MM, ANGULAR_RAD, MAX_TRIANGLES)
+    job = sandbox.PythonJob(source=_HARNESS, entry="build", calls=(call,), timeout_s=timeout_s, wall_s=wall_s, limits=LIMITS)
     result = (pool or kernel_pool()).run(job)
-    return outcome(result)
+    return outcome(result, timeout_s)
 
 
-def outcome(result: sandbox.JobResult) -> BuildOutcome:
+def outcome(result: sandbox.JobResult, timeout_s: float = TIMEOUT_S) -> BuildOutcome:
     """The `BuildOutcome` of a finished kernel job."""
-    failure = process_failure(result, TIMEOUT_S)
+    failure = process_failure(result, timeout_s)
     if failure is not None:
         return BuildOutcome(None, failure, result.cpu_s)
     payload = result.result or {}

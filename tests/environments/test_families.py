@@ -5,6 +5,7 @@ import pytest
 
 import environments  # noqa: F401
 from environments import registry, splits
+from environments.cad import runner as cad_runner
 from environments.families import csg, longctx
 
 ALL = [s.id for s in registry.list_domains()]
@@ -23,6 +24,8 @@ def test_every_domain_demonstration_passes_and_garbage_does_not(domain_id, reque
     spec = registry.get(domain_id)
     if spec.family == "tbench":
         request.getfixturevalue("tbench_images")  # terminal tasks run in their built images
+    if "build123d" in spec.tags and not cad_runner.available()[0]:
+        pytest.skip(f"{domain_id} needs the cad extra: {cad_runner.available()[1]}")
     env = gymnasium.make(domain_id)
     offered = getattr(registry.domain(domain_id), "splits", splits.SPLITS)  # eval-only benchmarks offer one
     for seed, split in ((0, "train"), (1, "eval")):
