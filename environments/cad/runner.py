@@ -111,10 +111,12 @@ def _close() -> None:
         _pool.close()
 
 
-def build(script: str, pool: sandbox.SandboxPool | None = None, timeout_s: float = TIMEOUT_S, wall_s: float | None = None) -> BuildOutcome:
+def build(script: str, pool: sandbox.SandboxPool | None = None, timeout_s: float = TIMEOUT_S, wall_s: float | None = None,
+          linear_mm: float = LINEAR_MM) -> BuildOutcome:
     """Builds `script` (which must define `result`) in the kernel sandbox, within
-    `timeout_s` CPU seconds and `wall_s` wall-clock seconds (None: the sandbox's default ceiling)."""
-    call = (script, LINEAR_MM, ANGULAR_RAD, MAX_TRIANGLES)
+    `timeout_s` CPU seconds and `wall_s` wall-clock seconds (None: the sandbox's
+    default ceiling), tessellated to `linear_mm`."""
+    call = (script, linear_mm, ANGULAR_RAD, MAX_TRIANGLES)
     job = sandbox.PythonJob(source=_HARNESS, entry="build", calls=(call,), timeout_s=timeout_s, wall_s=wall_s, limits=LIMITS)
     result = (pool or kernel_pool()).run(job)
     return outcome(result, timeout_s)

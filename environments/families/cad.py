@@ -38,6 +38,7 @@ The kernel-free easy rung of the family is the CSG mini-language
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from typing import Callable
@@ -75,6 +76,23 @@ def script_of(answer: str) -> str:
     return match["body"] if match else answer
 
 
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """PASS needs volume IoU >= `iou` and surface distance <= `distance` (mm);
+    `linear_mm` is the candidate's tessellation deflection."""
+
+    iou: float = IOU_PASS
+    distance: float = DISTANCE_PASS_MM
+    linear_mm: float = runner.LINEAR_MM
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.iou <= 1.0 and self.distance > 0 and self.linear_mm > 0):
+            raise ValueError(f"Tolerance needs 0 < iou <= 1 and positive distance and linear_mm, got {self}")
+
+
+GENERATED = Tolerance()
+
+
 class ReferenceBuildError(RuntimeError):
     """The task's own script did not build: the verifier's fault."""
 
@@ -97,9 +115,9 @@ def reference_or_grade(script: str) -> "geometry.Solid | Grade":
         return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure building the reference: {e}")
 
 
-def candidate(script: str) -> "geometry.Solid | Grade":
+def candidate(script: str, linear_mm: float = runner.LINEAR_MM) -> "geometry.Solid | Grade":
     """Steps 1 and 2 of the ladder: the candidate's checked solid, or its grade."""
-    built = runner.build(script)
+    built = runner.build(script, linear_mm=linear_mm)
     if built.grade is not None:
         return built.grade
     mesh = built.mesh
@@ -113,14 +131,22 @@ def candidate(script: str) -> "geometry.Solid | Grade":
         return failed(str(e))
 
 
-def compare(cand: "geometry.Solid", ref: "geometry.Solid") -> Grade:
+def compare(cand: "geometry.Solid", ref: "geometry.Solid", tol: Tolerance = GENERATED) -> Grade:
     """Step 3: PASS within the tolerances, else FAIL with partial credit."""
     iou = geometry.iou(cand, ref)
     distance = geometry.surface_distance(cand, ref)
-    summary = f"volume IoU {iou:.4f}, surface distance up to {distance:.3f} mm"
-    if iou >= IOU_PASS and distance <= DISTANCE_PASS_MM:
+    summary = f"volume IoU {iou:.4f}, surface distance up to {distance:.3g} mm"
+    if iou >= tol.iou and distance <= tol.distance:
         return passed(summary)
-    return failed(f"{summary} (PASS needs IoU >= {IOU_PASS} and <= {DISTANCE_PASS_MM} mm)", reward=FAIL_REWARD_SCALE * max(0.0, min(1.0, iou)))
+    return failed(f"{summary} (PASS needs IoU >= {tol.iou} and <= {tol.distance:.3g} mm)", reward=FAIL_REWARD_SCALE * max(0.0, min(1.0, iou)))
+
+
+def grade_against(script: str, ref: "geometry.Solid", tol: Tolerance) -> Grade:
+    """Steps 1-3 for a reference already in hand (e.g. a public set's mesh)."""
+    if geometry is None:
+        raise RuntimeError(_MISSING)
+    cand = candidate(script, tol.linear_mm)
+    return cand if isinstance(cand, Grade) else compare(cand, ref, tol)
 
 
 def grade_script(script: str, reference_script: str) -> Grade:

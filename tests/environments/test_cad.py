@@ -141,3 +141,32 @@ def test_generated_parts_are_deterministic_and_distinct():
         a, b = generate(np.random.default_rng(5)), generate(np.random.default_rng(5))
         assert a == b, kind
         assert len({generate(np.random.default_rng(s)).description for s in range(8)}) >= 4, kind
+
+
+def test_cadprompt_loader_refuses_bad_meshes_and_grades_against_the_published_mesh(tmp_path):
+    import trimesh
+
+    from environments import registry
+    from environments.cad import cadprompt
+
+    box = trimesh.creation.box(extents=(2.0, 1.0, 0.5))
+    box.apply_translation((0, 0, 0.25))
+    rows = {"0001": box, "0002": trimesh.util.concatenate([box, box.copy().apply_translation((5, 0, 0))])}
+    for name, mesh in rows.items():
+        (tmp_path / name).mkdir()
+        mesh.export(str(tmp_path / name / cadprompt.MESH_FILE))
+        (tmp_path / name / cadprompt.DESCRIPTION_FILE).write_text("Make a 2 x 1 x 0.5 block on the XY plane.\n")
+    (tmp_path / "0003").mkdir()  # no files at all
+    domain, refused = cadprompt.register(str(tmp_path), "rlpt/cad-testprompt-hard-v0")
+    try:
+        assert [p.id for p in domain.parts] == ["0001"]
+        assert {r.id for r in refused} == {"0002", "0003"} and "2 separate solids" in str(refused)
+        env = gymnasium.make("rlpt/cad-testprompt-hard-v0")
+        obs, _ = env.reset(seed=0)
+        assert "2 x 1 x 0.5 block" in obs and "build123d" in obs
+        block = "from build123d import *\nresult = Box(2, 1, 0.5, align=(Align.CENTER, Align.CENTER, Align.MIN))"
+        assert env.step(block)[4]["verdict"] == "PASS"
+        env.reset(seed=0)
+        assert env.step(block.replace("Box(2,", "Box(2.2,"))[4]["verdict"] == "FAIL"
+    finally:
+        registry.unregister("rlpt/cad-testprompt-hard-v0")
