@@ -2,9 +2,10 @@
 
     python benchmarks/domains_real.py [--tasks 8] [--threads 2] [--cadprompt /tmp/cadprompt/CADPrompt]
 
-CAD part (`cad_rows`): for each generated `rlpt/cad-*` domain, `--tasks` tasks
-(seeds 0..n-1); each task's reference script and a wrong one (its first
-cylinder 0.5 mm wider in radius) are graded through the whole ladder (kernel
+CAD part (`cad_rows`): for each generated `rlpt/cad-*` domain (parts and
+assemblies), `--tasks` tasks (seeds 0..n-1); each task's reference script and
+a wrong one (its first cylinder 0.5 mm wider in radius) are graded through the
+whole ladder (kernel
 worker in the sandbox, host mesh checks, IoU, surface distance), from
 `--threads` threads at once on the process's kernel pool. With `--cadprompt`,
 the public CADPrompt rows that load (environments/cad/cadprompt.py): the
@@ -74,7 +75,7 @@ def cad_rows(tasks: int = 8, threads: int = 2, cadprompt_root: str | None = None
         jobs = []
         for p in problems:
             wrong = p.hidden.replace("Cylinder(", "Cylinder(0.5 + ", 1)
-            jobs += [("reference", lambda p=p: cad.grade_script(p.hidden, p.hidden)), ("wrong", lambda p=p, w=wrong: cad.grade_script(w, p.hidden))]
+            jobs += [("reference", lambda d=domain, p=p: d.grade(p, p.demonstration)), ("wrong", lambda d=domain, p=p, w=wrong: d.grade(p, w))]
         rows.append(_row(spec.id, jobs, threads))
     if cadprompt_root:
         parts, refused = cadprompt.load(cadprompt_root)

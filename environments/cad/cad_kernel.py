@@ -22,7 +22,7 @@ _Shape = build123d.Shape
 _BuildPart = build123d.BuildPart
 
 
-def _error(stage, exc, script_lines):
+def _error(stage, exc):
     """The kernel's error line: the exception and the script line it came from."""
     line = ""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
@@ -43,6 +43,38 @@ def _shape_of(value):
     return value
 
 
+def _mesh(shape, linear_mm, angular_rad, max_triangles):
+    """One shape's report (see `build`); raises on a kernel failure."""
+    shape = _shape_of(shape)
+    solids = len(shape.solids())
+    valid = bool(shape.is_valid)
+    volume = float(shape.volume)
+    points, faces = shape.tessellate(linear_mm, angular_rad)
+    if len(faces) > max_triangles:
+        raise ValueError(f"the part has {len(faces)} triangles, more than {max_triangles}")
+    vertices = array.array("f", [c for p in points for c in (p.X, p.Y, p.Z)])
+    triangles = array.array("I", [i for f in faces for i in f])
+    return {"vertices": vertices.tobytes(), "triangles": triangles.tobytes(), "solids": solids, "valid": valid, "volume": volume}
+
+
+def build_parts(script, linear_mm, angular_rad, max_triangles, max_parts=8):
+    """As `build`, for an assembly: `result` is a list of parts, each reported
+    as `build` reports one, under "parts"."""
+    namespace = {"__name__": "__cad__"}
+    try:
+        exec(compile(script, "<script>", "exec"), namespace)
+    except BaseException as e:
+        return _error("script", e)
+    value = namespace.get("result")
+    if type(value) not in (list, tuple) or not 1 <= len(value) <= max_parts:
+        return {"built": False, "stage": "result", "error": f"`result` must be a list of 1 to {max_parts} build123d parts", "error_type": "TypeError"}
+    try:
+        parts = [_mesh(shape, linear_mm, angular_rad, max_triangles // len(value)) for shape in value]
+    except BaseException as e:
+        return _error("export", e)
+    return {"built": True, "parts": parts}
+
+
 def build(script, linear_mm, angular_rad, max_triangles):
     """Runs `script`, takes its `result` and tessellates it.
 
@@ -51,24 +83,14 @@ def build(script, linear_mm, angular_rad, max_triangles):
     or {"built": False, "stage", "error", "error_type"}. Faces are tessellated
     one by one; their shared edges give equal vertices, merged by the host.
     """
-    lines = script.splitlines()
     namespace = {"__name__": "__cad__"}
     try:
         exec(compile(script, "<script>", "exec"), namespace)
     except BaseException as e:  # the script's own failure, reported as its error line
-        return _error("script", e, lines)
+        return _error("script", e)
     if "result" not in namespace:
         return {"built": False, "stage": "result", "error": "the script defines no `result`", "error_type": "NameError"}
     try:
-        shape = _shape_of(namespace["result"])
-        solids = len(shape.solids())
-        valid = bool(shape.is_valid)
-        volume = float(shape.volume)
-        points, faces = shape.tessellate(linear_mm, angular_rad)
+        return {"built": True, **_mesh(namespace["result"], linear_mm, angular_rad, max_triangles)}
     except BaseException as e:
-        return _error("export", e, lines)
-    if len(faces) > max_triangles:
-        return {"built": False, "stage": "export", "error": f"the part has {len(faces)} triangles, more than {max_triangles}", "error_type": "ValueError"}
-    vertices = array.array("f", [c for p in points for c in (p.X, p.Y, p.Z)])
-    triangles = array.array("I", [i for f in faces for i in f])
-    return {"built": True, "vertices": vertices.tobytes(), "triangles": triangles.tobytes(), "solids": solids, "valid": valid, "volume": volume}
+        return _error("export", e)

@@ -38,7 +38,7 @@ LIMITS = sandbox.Limits(address_space_bytes=6 << 30, memory_bytes=2 << 30, file_
 _START_TIMEOUT_S = 90.0
 # Each kernel worker holds ~400 MB; graders beyond the cores only queue.
 POOL_SIZE = 4
-_HARNESS = "from cad_kernel import build\n"
+_HARNESS = "from cad_kernel import build, build_parts\n"
 _KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -47,7 +47,8 @@ class BuildOutcome:
     """One script's build. Exactly one of `mesh` (built) and `grade` (not) is set.
 
     mesh: {"vertices": float32 bytes, "triangles": uint32 bytes, "solids",
-      "valid", "volume"} as the kernel reported them (untrusted).
+      "valid", "volume"} as the kernel reported them (untrusted); for an
+      assembly {"parts": [one such report per part]}.
     grade: MALFORMED with the kernel's error line, or the process failure.
     cpu_s: CPU seconds the job used.
     """
@@ -112,12 +113,14 @@ def _close() -> None:
 
 
 def build(script: str, pool: sandbox.SandboxPool | None = None, timeout_s: float = TIMEOUT_S, wall_s: float | None = None,
-          linear_mm: float = LINEAR_MM) -> BuildOutcome:
+          linear_mm: float = LINEAR_MM, assembly: bool = False) -> BuildOutcome:
     """Builds `script` (which must define `result`) in the kernel sandbox, within
     `timeout_s` CPU seconds and `wall_s` wall-clock seconds (None: the sandbox's
-    default ceiling), tessellated to `linear_mm`."""
+    default ceiling), tessellated to `linear_mm`. With `assembly`, `result` is a
+    list of parts and the mesh report holds one report per part under "parts"."""
     call = (script, linear_mm, ANGULAR_RAD, MAX_TRIANGLES)
-    job = sandbox.PythonJob(source=_HARNESS, entry="build", calls=(call,), timeout_s=timeout_s, wall_s=wall_s, limits=LIMITS)
+    entry = "build_parts" if assembly else "build"
+    job = sandbox.PythonJob(source=_HARNESS, entry=entry, calls=(call,), timeout_s=timeout_s, wall_s=wall_s, limits=LIMITS)
     result = (pool or kernel_pool()).run(job)
     return outcome(result, timeout_s)
 

@@ -1,4 +1,4 @@
 """Task families. Importing this package registers every domain."""
 
-from environments.families import cad, code, csg, documents, humaneval, longctx, math, strings, terminal, tools  # noqa: F401
+from environments.families import cad, cad_assembly, code, csg, documents, humaneval, longctx, math, strings, terminal, tools  # noqa: F401
 from environments.families import reasoning_gym  # noqa: F401  (reasoning-gym generators, family "rg")
