@@ -8,9 +8,11 @@ a wrong one (its first cylinder 0.5 mm wider in radius) are graded through the
 whole ladder (kernel
 worker in the sandbox, host mesh checks, IoU, surface distance), from
 `--threads` threads at once on the process's kernel pool. With `--cadprompt`,
-the public CADPrompt rows that load (environments/cad/cadprompt.py): the
-published mesh graded against itself (reference) and scaled by 1.05 about its
-centroid (wrong), host side only (no build123d program is published).
+the public CADPrompt rows that load (environments/cad/cadprompt.py): no
+build123d program is published, so the reference answer is a script that
+rebuilds the published mesh face by face in the kernel
+(`cadprompt.mesh_script`), and the wrong one the same for the mesh scaled by
+1.05 about its centroid; both go through the whole ladder.
 Each row: domain, p50 / p99 ms per grade, grades/s with `--threads` graders,
 reference PASS rate, wrong FAIL rate (FAIL, not MALFORMED or an error).
 Other parts of this file (a finance part) add their own `*_rows()`.
@@ -85,8 +87,9 @@ def cad_rows(tasks: int = 8, threads: int = 2, cadprompt_root: str | None = None
             centre = ref.vertices.mean(0)
             scaled = geometry.solid(centre + (ref.vertices - centre) * 1.05, ref.faces)
             tol = cadprompt.tolerance(ref)
-            jobs += [("reference", lambda r=ref, t=tol: cad.compare(r, r, t)), ("wrong", lambda s=scaled, r=ref, t=tol: cad.compare(s, r, t))]
-        row = _row("cadprompt (host side)", jobs, threads)
+            jobs += [("reference", lambda r=ref, t=tol: cad.grade_against(cadprompt.mesh_script(r), r, t)),
+                     ("wrong", lambda s=scaled, r=ref, t=tol: cad.grade_against(cadprompt.mesh_script(s), r, t))]
+        row = _row("rlpt/cad-cadprompt-hard-v0 (kernel round trip)", jobs, threads)
         row["loaded"], row["refused"] = len(parts), [f"{r.id}: {r.reason}" for r in refused]
         rows.append(row)
     return rows

@@ -70,6 +70,18 @@ def reference(mesh_path: str) -> geometry.Solid:
     return geometry.solid(np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int64))
 
 
+def mesh_script(solid: geometry.Solid) -> str:
+    """A build123d script that rebuilds `solid` face by face from its triangles:
+    the kernel round trip that checks a published mesh passes its own task
+    through the sandbox, the kernel's tessellation and the tolerances (it is
+    no demonstration: far longer than an answer may be)."""
+    points = ", ".join("(" + ", ".join(f"{c:.9g}" for c in v) + ")" for v in solid.vertices)
+    triangles = ", ".join(f"({a}, {b}, {c})" for a, b, c in solid.faces.tolist())
+    return ("from build123d import *\n"
+            f"V = [{points}]\nT = [{triangles}]\n"
+            "result = Solid(Shell([Face(Wire.make_polygon([V[i] for i in t], close=True)) for t in T]))\n")
+
+
 def load(root: str) -> tuple[list[PublicPart], list[Refused]]:
     """Every row under `root` (the CADPrompt folder) whose description reads and
     whose mesh is one closed valid solid; the others with the reason."""
