@@ -185,3 +185,12 @@ def test_assembly_interference_is_a_fail_and_the_reference_passes():
     assert missing.verdict is Verdict.FAIL and "2 parts; expected 3" in missing.feedback
     one = cad_assembly.grade_assembly(reference.replace("result = [plate, washer, pin]", "result = plate"), reference)
     assert one.verdict is Verdict.MALFORMED and "must be a list" in one.feedback
+
+
+def test_kernel_worker_runs_under_the_plain_launcher_too():
+    pool = runner.new_pool(size=1, launcher=PlainLauncher())
+    try:
+        built = runner.build("from build123d import *\nresult = Box(2, 3, 4)", pool=pool)
+        assert built.grade is None and built.mesh["solids"] == 1 and abs(built.mesh["volume"] - 24.0) < 1e-6
+    finally:
+        pool.close()
