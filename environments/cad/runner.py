@@ -30,11 +30,14 @@ MAX_TRIANGLES = 100_000
 # A bracket builds in 20-40 ms; a script gets 10 s of CPU (fillets on a busy
 # kernel can take seconds) and the default wall-clock ceiling.
 TIMEOUT_S = 10.0
-# OCC starts threads of its own (a job without them hangs), which count as
-# processes: 16 bounds a fork bomb as well.
+# OCC starts threads of its own (one on 2 cores; its thread pool grows with the
+# cores) and a job that cannot start them hangs until its wall-clock limit;
+# threads count as processes, so the limit leaves room for them and still
+# bounds a fork bomb.
+PROCESSES = max(16, 2 * (os.cpu_count() or 1) + 4)
 # The worker holds the imported kernel (~400 MB resident, ~1 GB mapped), which
 # its memory cgroup counts too: a job may bring the whole worker to 2 GiB.
-LIMITS = sandbox.Limits(address_space_bytes=6 << 30, memory_bytes=2 << 30, file_size_bytes=1 << 20, open_files=64, processes=16)
+LIMITS = sandbox.Limits(address_space_bytes=6 << 30, memory_bytes=2 << 30, file_size_bytes=1 << 20, open_files=64, processes=PROCESSES)
 _START_TIMEOUT_S = 90.0
 # Each kernel worker holds ~400 MB; graders beyond the cores only queue.
 POOL_SIZE = 4
@@ -51,11 +54,13 @@ class BuildOutcome:
       assembly {"parts": [one such report per part]}.
     grade: MALFORMED with the kernel's error line, or the process failure.
     cpu_s: CPU seconds the job used.
+    log: the last line the script printed (its own log, bounded), "" if none.
     """
 
     mesh: dict | None
     grade: Grade | None
     cpu_s: float
+    log: str = ""
 
 
 REQUIRED = ("build123d", "manifold3d", "trimesh", "rtree")
@@ -150,4 +155,5 @@ def outcome(result: sandbox.JobResult, timeout_s: float = TIMEOUT_S) -> BuildOut
     if not value["built"]:
         verdict = Verdict.OOM if value.get("error_type") == "MemoryError" else Verdict.MALFORMED
         return BuildOutcome(None, Grade(verdict, 0.0, f"the script did not build: {value.get('error', '')!s:.220}"), result.cpu_s)
-    return BuildOutcome(value, None, result.cpu_s)
+    lines = result.output.strip().splitlines()
+    return BuildOutcome(value, None, result.cpu_s, lines[-1][:120] if lines else "")

@@ -24,8 +24,9 @@ within the 0.05 mm tessellation tolerance.
 Render tool (multi-turn repair): a turn whose first line is `# render` is not
 graded; its script is built and the reply gives, per view (top, front, side,
 24 x 24 pixels over both parts' bounding box), the pixels only the candidate
-covers and those only the reference covers, with its volume and the kernel's
-check, or the kernel's error line. `spec.max_turns` bounds such turns.
+covers and those only the reference covers, with its volume, the kernel's
+check and the last line the script printed, or the kernel's error line.
+`spec.max_turns` bounds such turns.
 
 Nothing the candidate does in the sandbox reaches the grade but the mesh it
 returns: the reference lives in the host, printing "PASS" or exiting 0 means
@@ -117,7 +118,11 @@ def reference_or_grade(script: str) -> "geometry.Solid | Grade":
 
 def candidate(script: str, linear_mm: float = runner.LINEAR_MM) -> "geometry.Solid | Grade":
     """Steps 1 and 2 of the ladder: the candidate's checked solid, or its grade."""
-    built = runner.build(script, linear_mm=linear_mm)
+    return checked(runner.build(script, linear_mm=linear_mm))
+
+
+def checked(built: runner.BuildOutcome) -> "geometry.Solid | Grade":
+    """Step 2 on a build: its one checked solid, or the grade that stops the ladder."""
     if built.grade is not None:
         return built.grade
     mesh = built.mesh
@@ -167,14 +172,16 @@ def render(script: str, reference_script: str) -> ToolReply | Grade:
     ref = reference_or_grade(reference_script)
     if isinstance(ref, Grade):
         return ref
-    cand = candidate(script)
+    built = runner.build(script)
+    cand = checked(built)
     if isinstance(cand, Grade):
         if cand.infra_error:
             return cand
         return ToolReply(Verdict.ERROR, f"{cand.verdict.value}: {cand.feedback}", tool="render")
     views = geometry.silhouette_diff(cand, ref)
     shown = ", ".join(f"{view} +{extra}/-{missing}" for view, (extra, missing) in views.items())
-    text = f"px only in yours/only in the part (24x24): {shown}; volume {cand.volume:.1f} mm3; kernel: one valid solid"
+    log = f"; your log: {built.log}" if built.log else ""
+    text = f"px only in yours/only in the part (24x24): {shown}; volume {cand.volume:.1f} mm3; kernel: one valid solid{log}"
     return ToolReply(Verdict.TOOL, text, tool="render")
 
 

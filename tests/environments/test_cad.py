@@ -118,9 +118,9 @@ def test_env_render_tool_then_repair():
     env = gymnasium.make("rlpt/cad-washer-easy-v0", max_attempts=2)
     obs, info = env.reset(seed=3)
     draft = info["demonstration"].replace("Cylinder(", "Cylinder(2 + ", 1)  # the disc 2 mm too wide
-    obs, reward, terminated, truncated, step = env.step("# render\n" + draft)
+    obs, reward, terminated, truncated, step = env.step("# render\n" + draft + "\nprint('disc drafted')")
     assert (reward, terminated, truncated, step["tool"], step["verdict"]) == (0.0, False, False, "render", "TOOL")
-    assert "top +" in obs and not obs.startswith("\nresult: px only in yours/only in the part (24x24): top +0/-0")
+    assert "top +" in obs and "your log: disc drafted" in obs and not obs.startswith("\nresult: px only in yours/only in the part (24x24): top +0/-0")
     obs, reward, terminated, _, step = env.step("```python\n" + draft + "```")
     assert step["verdict"] == "FAIL" and not terminated and 0 < reward < 1
     _, reward, terminated, _, step = env.step(info["demonstration"])
