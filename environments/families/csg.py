@@ -1,4 +1,6 @@
-"""3D modelling in a tiny CSG language, rewarded by voxel IoU.
+"""3D modelling in a tiny CSG language, rewarded by voxel IoU: the CAD family's
+kernel-free easy rung (`rlpt/cad-csg-*`; the build123d parts are
+environments/families/cad.py).
 
 Language (integer arguments, in voxels of an N^3 grid; voxel centres at i+0.5):
   box(x0,y0,z0,x1,y1,z1)      axis-aligned, [x0,x1) x [y0,y1) x [z0,z1)
@@ -190,8 +192,8 @@ def _register() -> None:
     for variant in VARIANTS:
         for difficulty, n in _GRID.items():
             spec = DomainSpec(
-                id=f"rlpt/csg-{variant}-{difficulty}-v0",
-                family="csg",
+                id=f"rlpt/cad-csg-{variant}-{difficulty}-v0",
+                family="cad",
                 difficulty=difficulty,
                 tags=("3d", "csg", "iou", "partial-credit", variant),
                 max_prompt_chars=1024,

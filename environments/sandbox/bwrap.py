@@ -56,6 +56,7 @@ _SANDBOX_CPU_CGROUP_DIR = "/run/rlpt-cgroup-cpu"
 
 
 _SANDBOX_PYTHON_PREFIX = "/opt/rlpt-python"
+_SANDBOX_PATHS_DIR = "/opt/rlpt-paths"
 
 
 def _sandbox_python(python: str) -> str:
@@ -117,7 +118,7 @@ class BwrapLauncher:
             "--size", str(self._tmpfs_bytes), "--tmpfs", "/tmp",
             # Directories bwrap creates are 0700 by default; the job uid must
             # traverse those holding the runtime.
-            "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/etc",
+            "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", _SANDBOX_PATHS_DIR,
         ]  # fmt: skip
         if self._root:
             isolation += ["--cap-drop", "ALL"] + [a for cap in _CAPS for a in ("--cap-add", cap)]
@@ -138,6 +139,11 @@ class BwrapLauncher:
             if inside != _SANDBOX_CGROUP_DIR:
                 isolation += ["--ro-bind", cpu["dir"], inside]
             config["cpu"] = dict(cpu, dir=inside, file=os.path.join(inside, os.path.basename(cpu["file"])))
+        paths = [os.path.join(_SANDBOX_PATHS_DIR, str(i)) for i in range(len(config.get("paths") or ()))]
+        for host, inside in zip(config.get("paths") or (), paths):
+            # Extra import directories of a kernel worker (environments/cad): read-only, at neutral paths.
+            isolation += ["--ro-bind", host, inside]
+        config["paths"] = paths
         return [
             self._bwrap,
             *isolation,

@@ -332,7 +332,7 @@ _spawner = _Spawner()
 class _Worker:
     """One live worker process and its framed pipes. Not thread-safe; owned by a slot."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], start_timeout_s: float = _START_TIMEOUT_S) -> None:
         self.jobs = 0
         self.proc = _spawner.popen(
             argv,
@@ -342,7 +342,7 @@ class _Worker:
             close_fds=True,
             start_new_session=True,
         )
-        hello = self._read(time.monotonic() + _START_TIMEOUT_S)
+        hello = self._read(time.monotonic() + start_timeout_s)
         if not hello.get("ready"):
             raise WorkerError(f"worker did not start: {hello}")
         self.tmp_root: str | None = hello.get("tmp_root")  # where it puts job work dirs
@@ -431,6 +431,11 @@ class SandboxPool:
       "cgroup v1" / "cgroup v2" (the worker's cgroup counts every process of
       the job, exited ones too) or "polling" (the worker sums the job's
       processes in /proc every 20-50 ms; see cleanup._CpuMeter).
+    start_timeout_s: how long a starting worker may take to report ready (a
+      kernel worker imports its library first: environments/cad).
+    worker_config keys a kernel worker adds: "paths" (host directories put on
+      its sys.path; bubblewrap binds them read-only), "preload" (modules it
+      imports before its first job) and "env" (variables set before that).
     """
 
     def __init__(
@@ -440,8 +445,10 @@ class SandboxPool:
         max_jobs_per_worker: int = 1000,
         worker_config: dict[str, Any] | None = None,
         memory_cgroups: bool | None = None,
+        start_timeout_s: float = _START_TIMEOUT_S,
     ) -> None:
         self.size = size or os.cpu_count() or 1
+        self.start_timeout_s = start_timeout_s
         self.launcher = launcher or PlainLauncher()
         self.max_jobs_per_worker = max_jobs_per_worker
         self._config = worker_config or default_worker_config()
@@ -520,7 +527,7 @@ class SandboxPool:
         else:
             config["memory"] = {"mode": "poll", "mechanism": "polling"}
             config["cpu"] = {"mode": "poll"}
-        worker = _Worker(self.launcher.argv(config))
+        worker = _Worker(self.launcher.argv(config), self.start_timeout_s)
         if slot.cgroup is not None:
             try:
                 slot.cgroup.attach(worker.proc.pid)

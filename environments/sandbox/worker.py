@@ -641,7 +641,12 @@ def main() -> None:
     cfg = json.loads(sys.argv[1])
     cfg["worker_pid"] = os.getpid()
     _prctl_setup(cfg)
-    for module in _PRELOAD:
+    # A kernel worker (environments/cad) imports a heavy library once here, so
+    # that each forked job finds it loaded: its environment (thread counts set
+    # before the import), its directories (bound read-only) and modules.
+    os.environ.update(cfg.get("env") or {})
+    sys.path.extend(cfg.get("paths") or ())
+    for module in (*_PRELOAD, *(cfg.get("preload") or ())):
         __import__(module)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # fd 0/1 carry the protocol; park copies and point the std streams away

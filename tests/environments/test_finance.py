@@ -299,7 +299,7 @@ def test_bounded_cut_refuses_report_domains_without_drawing():
 
 
 def test_benchmark_rows_on_a_published_file(tmp_path):
-    from benchmarks import domains_real
+    from benchmarks import domains_finance
     data = [_finqa({"question": "total revenue?", "program": "table_sum(revenue, none)", "exe_ans": 220.0},
                    f"A/2020/page_1.pdf-{i}") for i in range(3)]
     data.append(_finqa({"question": "growth?", "program": "subtract(120, 100), divide(#0, 100)", "exe_ans": 0.2},
@@ -307,7 +307,7 @@ def test_benchmark_rows_on_a_published_file(tmp_path):
     data.append(_finqa({"question": "no answer"}, "A/2020/page_1.pdf-10"))
     path = tmp_path / "test.json"
     path.write_text(json.dumps(data))
-    row = domains_real.public_row("finqa", str(path))
+    row = domains_finance.public_row("finqa", str(path))
     assert (row["graded"], row["ref_pass"], row["refused"]) == (4, 1.0, 1)
     assert row["refused_by_reason"] == {"no published answer (qa.exe_ans)": 1}
     assert (row["wrongs"], row["wrong_pass"], row["dump_pass"]) == (2, 0, 0) and row["grade_p99_ms"] > 0

@@ -1,0 +1,228 @@
+"""CAD code generation: write a build123d script that builds the described part.
+
+The model's answer is a build123d script that assigns the part to `result`
+(a ```python fence around it is allowed). It runs in the sandbox on a kernel
+worker that imported build123d before its first job (environments/cad:
+runner.py, cad_kernel.py); only the mesh comes back, and the host grades it
+against the reference part, built by the task's own script the same way.
+
+Reward ladder:
+  1. it must build: a script that raises, defines no `result`, or whose result
+     is no build123d shape is MALFORMED, the feedback the kernel's error line
+     (exception and script line); TIMEOUT / OOM as for any sandbox job;
+  2. it must be one closed valid solid: the kernel's validity check and solid
+     count, and the host's own check of the returned mesh (manifold3d:
+     watertight, manifold, one connected piece, positive volume); else FAIL, 0;
+  3. it is compared with the reference: volume IoU (manifold3d, exact on the
+     meshes) and the largest point-to-surface distance both ways (trimesh, 256
+     points each way, fixed seed). PASS iff IoU >= IOU_PASS and distance <=
+     DISTANCE_PASS_MM; else FAIL with reward 0.8 x IoU.
+Every dimension in a prompt is a whole or half mm, so a wrong design misses by
+at least 0.5 mm somewhere, while the same design built another way meshes
+within the 0.05 mm tessellation tolerance.
+
+Render tool (multi-turn repair): a turn whose first line is `# render` is not
+graded; its script is built and the reply gives, per view (top, front, side,
+24 x 24 pixels over both parts' bounding box), the pixels only the candidate
+covers and those only the reference covers, with its volume, the kernel's
+check and the last line the script printed, or the kernel's error line.
+`spec.max_turns` bounds such turns.
+
+Nothing the candidate does in the sandbox reaches the grade but the mesh it
+returns: the reference lives in the host, printing "PASS" or exiting 0 means
+nothing, writing files or patching build123d changes only its own job's
+process, and a worker that dies is SANDBOX_ERROR, never the model's FAIL.
+
+The kernel-free easy rung of the family is the CSG mini-language
+(environments/families/csg.py, `rlpt/cad-csg-*`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Callable
+
+import numpy as np
+
+from environments import registry
+from environments.cad import parts, runner
+from environments.registry import Domain, DomainSpec
+from environments.verdicts import Grade, Problem, ToolReply, Verdict, failed, passed
+
+try:  # the `cad` extra; without it the domains are listed but grading says what is missing
+    from environments.cad import geometry
+except ImportError as _e:  # noqa: N816
+    geometry = None
+    _MISSING = f"the CAD domains need the `cad` extra (manifold3d, trimesh, rtree, build123d): {_e}"
+
+IOU_PASS = 0.99
+DISTANCE_PASS_MM = 0.2
+FAIL_REWARD_SCALE = 0.8
+MAX_TURNS = 6
+RENDER = "# render"
+_FENCE_RE = re.compile(r"^```[a-zA-Z]*\n(?P<body>.*?)\n?```$", re.S)
+_INSTRUCTIONS = (
+    "Write a build123d Python script (units mm; start with `from build123d import *`) that builds this part "
+    "as one solid and assigns it to `result`. A turn starting with `# render` builds a draft and compares its "
+    "top/front/side silhouettes with the part's, without grading it.\n"
+)
+_CUE = "script:\n"
+
+
+def script_of(answer: str) -> str:
+    """The script in an answer, without a surrounding ```python fence."""
+    match = _FENCE_RE.match(answer.strip())
+    return match["body"] if match else answer
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """PASS needs volume IoU >= `iou` and surface distance <= `distance` (mm);
+    `linear_mm` is the candidate's tessellation deflection."""
+
+    iou: float = IOU_PASS
+    distance: float = DISTANCE_PASS_MM
+    linear_mm: float = runner.LINEAR_MM
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.iou <= 1.0 and self.distance > 0 and self.linear_mm > 0):
+            raise ValueError(f"Tolerance needs 0 < iou <= 1 and positive distance and linear_mm, got {self}")
+
+
+GENERATED = Tolerance()
+
+
+class ReferenceBuildError(RuntimeError):
+    """The task's own script did not build: the verifier's fault."""
+
+
+@functools.lru_cache(maxsize=512)
+def _reference(script: str) -> "geometry.Solid":
+    built = runner.build(script)
+    if built.grade is not None:
+        if built.grade.verdict is Verdict.SANDBOX_ERROR:
+            raise ConnectionError(built.grade.feedback)
+        raise ReferenceBuildError(f"the reference part did not build: {built.grade.feedback}")
+    return geometry.solid_from_kernel(built.mesh)
+
+
+def reference_or_grade(script: str) -> "geometry.Solid | Grade":
+    """The reference solid, or the SANDBOX_ERROR grade when the sandbox failed building it."""
+    try:
+        return _reference(script)
+    except ConnectionError as e:
+        return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure building the reference: {e}")
+
+
+def candidate(script: str, linear_mm: float = runner.LINEAR_MM) -> "geometry.Solid | Grade":
+    """Steps 1 and 2 of the ladder: the candidate's checked solid, or its grade."""
+    return checked(runner.build(script, linear_mm=linear_mm))
+
+
+def checked(built: runner.BuildOutcome) -> "geometry.Solid | Grade":
+    """Step 2 on a build: its one checked solid, or the grade that stops the ladder."""
+    if built.grade is not None:
+        return built.grade
+    mesh = built.mesh
+    if mesh.get("solids") != 1:
+        return failed(f"the part is {mesh.get('solids')} solids; expected one")
+    if mesh.get("valid") is not True:
+        return failed("the kernel finds the part invalid (BRep check)")
+    try:
+        return geometry.solid_from_kernel(mesh)
+    except geometry.MeshError as e:
+        return failed(str(e))
+
+
+def compare(cand: "geometry.Solid", ref: "geometry.Solid", tol: Tolerance = GENERATED) -> Grade:
+    """Step 3: PASS within the tolerances, else FAIL with partial credit."""
+    iou = geometry.iou(cand, ref)
+    distance = geometry.surface_distance(cand, ref)
+    summary = f"volume IoU {iou:.4f}, surface distance up to {distance:.3g} mm"
+    if iou >= tol.iou and distance <= tol.distance:
+        return passed(summary)
+    return failed(f"{summary} (PASS needs IoU >= {tol.iou} and <= {tol.distance:.3g} mm)", reward=FAIL_REWARD_SCALE * max(0.0, min(1.0, iou)))
+
+
+def grade_against(script: str, ref: "geometry.Solid", tol: Tolerance) -> Grade:
+    """Steps 1-3 for a reference already in hand (e.g. a public set's mesh)."""
+    if geometry is None:
+        raise RuntimeError(_MISSING)
+    cand = candidate(script, tol.linear_mm)
+    return cand if isinstance(cand, Grade) else compare(cand, ref, tol)
+
+
+def grade_script(script: str, reference_script: str) -> Grade:
+    """The full ladder for one script against the reference built by `reference_script`."""
+    if geometry is None:
+        raise RuntimeError(_MISSING)
+    ref = reference_or_grade(reference_script)
+    if isinstance(ref, Grade):
+        return ref
+    cand = candidate(script)
+    return cand if isinstance(cand, Grade) else compare(cand, ref)
+
+
+def render(script: str, reference_script: str) -> ToolReply | Grade:
+    """The render tool's reply: silhouette differences per view, volume and kernel check."""
+    if geometry is None:
+        raise RuntimeError(_MISSING)
+    ref = reference_or_grade(reference_script)
+    if isinstance(ref, Grade):
+        return ref
+    built = runner.build(script)
+    cand = checked(built)
+    if isinstance(cand, Grade):
+        if cand.infra_error:
+            return cand
+        return ToolReply(Verdict.ERROR, f"{cand.verdict.value}: {cand.feedback}", tool="render")
+    views = geometry.silhouette_diff(cand, ref)
+    shown = ", ".join(f"{view} +{extra}/-{missing}" for view, (extra, missing) in views.items())
+    log = f"; your log: {built.log}" if built.log else ""
+    text = f"px only in yours/only in the part (24x24): {shown}; volume {cand.volume:.1f} mm3; kernel: one valid solid{log}"
+    return ToolReply(Verdict.TOOL, text, tool="render")
+
+
+class CADDomain(Domain):
+    answer_format = "a build123d script that assigns the part to `result`"
+
+    def __init__(self, spec: DomainSpec, generate: Callable[[np.random.Generator], parts.PartTask]) -> None:
+        self.spec = spec
+        self._generate = generate
+
+    def sample(self, rng: np.random.Generator) -> Problem:
+        part = self._generate(rng)
+        return Problem(
+            key=f"cad:{part.kind}:{part.description}",
+            prompt=f"{part.description}\n{_INSTRUCTIONS}{_CUE}",
+            demonstration=part.script,
+            hidden=part.script,
+            retry_cue=_CUE,
+            demonstration_turns=(part.script,),
+        )
+
+    def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
+        script = script_of(answer)
+        if script.lstrip().startswith(RENDER):
+            return render(script, task.hidden)
+        return grade_script(script, task.hidden)
+
+
+def _register() -> None:
+    for kind, (difficulty, generate) in parts.GENERATORS.items():
+        spec = DomainSpec(
+            id=f"rlpt/cad-{kind}-{difficulty}-v0",
+            family="cad",
+            difficulty=difficulty,
+            tags=("3d", "cad", "build123d", "sandbox", "partial-credit", "tools", kind),
+            max_prompt_chars=1024,
+            max_answer_chars=4000,
+            description=f"write a build123d script for a generated {kind} part; graded by volume IoU and surface distance",
+            max_turns=MAX_TURNS,
+        )
+        registry.register(CADDomain(spec, generate))
+
+
+_register()
