@@ -101,6 +101,18 @@ def test_finqa_programs_execute_as_evaluate_py():
             program.execute(bad, table)
 
 
+def test_finqa_program_arguments_split_as_evaluate_py_tokenizes():
+    # evaluate.py splits a program at ", ": a thousands comma stays in its number
+    # (str_to_num drops it) and a row name may hold a comma without a space.
+    table = [["", "2020", "2019"], ["sales,net", "1,200", "1,000"]]
+    assert program.execute("add(1,234, 5)", table) == 1239.0
+    assert program.execute("subtract(1,200, 1,000), divide(#0, 1,000)", table) == 0.2
+    assert program.execute("table_sum(sales,net, none)", table) == 2200.0
+    assert program.execute("add(1,2)", table) == 3.0  # no space: still two arguments
+    with pytest.raises(program.ProgramError, match="3 arguments"):
+        program.execute("add(1, 2, 3)", table)
+
+
 _TABLE = [["", "2020", "2019"], ["revenue", "$ 120", "$ 100"], ["cost", "$ 60", "$ 50"]]
 
 
