@@ -222,6 +222,14 @@ def test_convfinqa_zip_and_turn_files(tmp_path, registered):
     path.write_text(json.dumps([turn]))
     one = registered("rlpt/finance-convturntest-v0", "convfinqa", path)
     assert [t.demonstration for t in one._tasks] == ["100"]
+    # data.zip unzipped: its conversation files only, not their turns again from *_turn.json
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "dev.json").write_text(json.dumps([_conversation("Single_D/2021/page_1.pdf-1")]))
+    (folder / "dev_turn.json").write_text(json.dumps([turn]))
+    (folder / "test_private.json").write_text(json.dumps([{"id": "Single_E/2021/page_1.pdf-1"}]))
+    unzipped = registered("rlpt/finance-convfoldertest-v0", "convfinqa", folder)
+    assert unzipped.split_sizes()["eval"] == 3 and not unzipped.refused
 
 
 def test_file_problems_and_all_refused_raise(tmp_path):
