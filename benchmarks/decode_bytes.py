@@ -19,8 +19,13 @@ cache); ``split`` (the fast sampler's static layout, PrefixLayout with one row
 per prompt in lockstep: a prompt part and a generated part, each step writing
 one slot of every row at once); ``flat`` (FlatLayout, slot = position: the
 continuous-batching engine's slots and speculative decoding, where rows move
-apart and each writes its own slot); KV caches in bf16 and int8. Weights are
-bf16, as a sampler reads them.
+apart and each writes its own slot); KV caches in bf16 and int8; ``-kernel``:
+the split layout with its decode attention as the Pallas kernel
+(rlpt.models.decode_kernel; TPU targets only). The compiler cannot see inside
+a kernel: it counts a kernel call as reading its operands whole, so the
+kernel's skipping of the dead blocks past each row's position is not in its
+count (here every row's context is live, so there is nothing to skip). Weights
+are bf16, as a sampler reads them.
 
 Targets (``--targets``): ``cpu``, this machine's XLA:CPU; ``tpu-v5e``,
 ``tpu-v6e``, ``tpu-v5p``: the TPU compiler itself, compiling for one chip of
@@ -53,7 +58,8 @@ import roofline  # noqa: E402
 MODELS = {"1b": roofline.LLAMA_1B,
           "tiny": dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2,
                        head_dim=16, mlp_dim=128)}
-PATHS = ("plain", "split-bf16", "split-int8", "flat-bf16", "flat-int8")
+PATHS = ("plain", "split-bf16", "split-int8", "flat-bf16", "flat-int8", "split-bf16-kernel",
+         "split-int8-kernel")
 
 
 def model_config(fields: dict, attention_impl: str = "dense"):
@@ -109,10 +115,11 @@ def step_program(path: str, cfg, graphdef, params, batch: int, context: int, pro
   else:
     from rlpt.sampling.fast import DecodeLoopState, FastSampler, FlatLayout, decode_step
     from rlpt.sampling.prefix import PrefixCache, PrefixLayout
-    int8 = path.endswith("int8")
+    int8 = "int8" in path
     flat = FlatLayout(kv_int8=int8)
     if path.startswith("split"):
-      layout = PrefixLayout(1, kv_int8=int8, aligned=True)
+      kernel = "pallas" if path.endswith("-kernel") else "xla"
+      layout = PrefixLayout(1, kv_int8=int8, aligned=True, decode_kernel=kernel)
       cache = jax.eval_shape(lambda: PrefixCache(flat.init(cfg, batch, prompt),
                                                  jnp.zeros((batch,), jnp.int32),
                                                  flat.init(cfg, batch, context + 1 - prompt)))
@@ -151,6 +158,24 @@ def target_sharding(target: str):
   return NamedSharding(topologies.make_mesh(topology, (1,), ("chip",)), PartitionSpec())
 
 
+def kernel_reads(cfg, batch: int, context: int, prompt: int, int8_kv: bool) -> float:
+  """What the decode kernel reads in one step of the split layout, from its
+  block specs (the compiler counts nothing inside a kernel): every layer, row
+  and kv head reads the key and value blocks up to the one holding the row's
+  last visible slot, of the prompt part (``prompt`` slots) and of the
+  generated part (``context`` - ``prompt`` live of ``context`` + 1 -
+  ``prompt`` slots; the slots past its last whole block go through XLA and
+  are in the compiler's count), int8 codes with their fp32 scales."""
+  from rlpt.models.decode_kernel import DEFAULT_BLOCK
+  per_slot = 2 * cfg.head_dim * (1 if int8_kv else 2) + (8 if int8_kv else 0)
+  slots = 0
+  for live, length in ((prompt, prompt), (context - prompt, context + 1 - prompt)):
+    blocks = length // DEFAULT_BLOCK
+    if blocks:
+      slots += min(-(-live // DEFAULT_BLOCK), blocks) * DEFAULT_BLOCK
+  return float(cfg.num_layers * batch * cfg.num_kv_heads * slots * per_slot)
+
+
 def measure(path: str, model: str, batch: int, context: int, prompt: int,
             target: str = "cpu") -> dict:
   cfg = model_config(MODELS[model])
@@ -160,9 +185,11 @@ def measure(path: str, model: str, batch: int, context: int, prompt: int,
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   accessed = float(cost["bytes accessed"])
-  least = minimum_bytes(cfg, params, batch, context, path.endswith("int8"))
+  kernel = kernel_reads(cfg, batch, context, prompt, "int8" in path) if path.endswith("-kernel") else 0.0
+  accessed += kernel
+  least = minimum_bytes(cfg, params, batch, context, "int8" in path)
   return {"path": path, "model": model, "batch": batch, "context": context,
-          "bytes_accessed": accessed, "minimum_bytes": least, "ratio": accessed / least,
+          "bytes_accessed": accessed, "kernel_bytes": kernel, "minimum_bytes": least, "ratio": accessed / least,
           "flops": float(cost.get("flops", np.nan)), "target": target, "jax": jax.__version__}
 
 
@@ -181,14 +208,17 @@ def main(argv=None):
   if unknown:
     parser.error(f"--paths has {unknown}; expected some of {list(PATHS)}.")
   rows = []
-  print(f"{'target':8} {'path':10} {'batch':>5} {'context':>7} {'accessed GB':>11} "
+  print(f"{'target':8} {'path':17} {'batch':>5} {'context':>7} {'accessed GB':>11} "
         f"{'minimum GB':>10} {'ratio':>6}", flush=True)
   for target in args.targets.split(","):
     for path in paths:
+      if path.endswith("-kernel") and target == "cpu":
+        print(f"{target:8} {path:17} skipped: a Mosaic kernel compiles for TPU targets only")
+        continue
       for batch in (int(b) for b in args.batches.split(",")):
         row = measure(path, args.model, batch, args.context, args.prompt, target)
         rows.append(row)
-        print(f"{target:8} {path:10} {batch:5d} {args.context:7d} "
+        print(f"{target:8} {path:17} {batch:5d} {args.context:7d} "
               f"{row['bytes_accessed'] / 1e9:11.3f} {row['minimum_bytes'] / 1e9:10.3f} "
               f"{row['ratio']:6.2f}", flush=True)
   if args.json:

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--finqa", help="FinQA's dataset/ folder or one of its JSON files")
     parser.add_argument("--tatqa", help="a TAT-QA dataset_raw JSON file (or the folder)")
-    parser.add_argument("--convfinqa", help="ConvFinQA's data.zip or one of its JSON files")
+    parser.add_argument("--convfinqa", help="ConvFinQA's data.zip, its unzipped folder or one of its JSON files")
     parser.add_argument("--tasks", type=int, default=20, help="resets per generated report domain")
     args = parser.parse_args(argv)
     print_rows(finance_rows(args.finqa, args.tatqa, args.convfinqa, args.tasks))

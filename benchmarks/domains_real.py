@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="CAD graders at once")
     parser.add_argument("--finqa", help="FinQA's dataset/ folder or one of its JSON files")
     parser.add_argument("--tatqa", help="a TAT-QA dataset_raw JSON file (or the folder)")
-    parser.add_argument("--convfinqa", help="ConvFinQA's data.zip or one of its JSON files")
+    parser.add_argument("--convfinqa", help="ConvFinQA's data.zip, its unzipped folder or one of its JSON files")
     parser.add_argument("--cadprompt", help="the extracted CADPrompt/ folder")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]

@@ -89,6 +89,16 @@ def _table_step(op: str, args: list[str], table: Sequence[Sequence[str]], step: 
     return _TABLE[op](values)
 
 
+def _args(text: str) -> list[str]:
+    """A step's arguments: split at ","; where that gives more than two, at ", "
+    as evaluate.py's `program_tokenization` does, so "add(1,234, 5)" is 1234 + 5
+    (`str_to_num` drops the thousands comma) and a row name may hold a comma."""
+    args = text.split(",")
+    if len(args) > 2 and len(text.split(", ")) == 2:
+        return text.split(", ")
+    return args
+
+
 def execute(program: str, table: Sequence[Sequence[str]]) -> float | str:
     """The program's result (a float rounded to 5 decimals, or "yes"/"no");
     ProgramError for a program that does not run. A program that is one number
@@ -104,7 +114,7 @@ def execute(program: str, table: Sequence[Sequence[str]]) -> float | str:
         m = _STEP_RE.fullmatch(raw if raw.rstrip().endswith(")") else raw + ")")
         if m is None:
             raise ProgramError(f"step {i} {raw.strip()!r} is not op(arg1, arg2)")
-        op, args = m[1], m[2].split(",")
+        op, args = m[1], _args(m[2])
         if len(args) != 2:
             raise ProgramError(f"step {i} {raw.strip()!r} has {len(args)} arguments, not 2")
         try:

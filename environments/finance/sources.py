@@ -11,9 +11,9 @@
   `paragraphs`: [{`text`}], `questions`: [{`uid`, `question`, `answer`,
   `answer_type`, `scale`}]}; one task per question. span / multi-span /
   arithmetic / count answers, in the question's `scale`.
-* ConvFinQA (czyssrs/ConvFinQA, MIT): `data.zip` (its `train.json` and
-  `dev.json`, conversation level) or one of its JSON files, conversation or
-  turn level (`*_turn.json`); one task per turn, the earlier turns shown with
+* ConvFinQA (czyssrs/ConvFinQA, MIT): `data.zip` or its unzipped folder (its
+  `train.json` and `dev.json`, conversation level) or one of its JSON files,
+  conversation or turn level (`*_turn.json`); one task per turn, the earlier turns shown with
   their published answers. The reference is `exe_ans_list[turn]` (`exe_ans`),
   checked against `turn_program[turn]`.
 
@@ -38,6 +38,7 @@ from environments.finance.numbers import SCALES, parse_number
 from environments.verdicts import Problem
 
 SOURCES = ("finqa", "tatqa", "convfinqa")
+_CONVERSATIONS = ("train.json", "dev.json")  # ConvFinQA's conversation-level files (its *_turn.json repeat them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +82,15 @@ def _files(path: pathlib.Path, source: str) -> Iterator[tuple[str, list]]:
         raise ValueError(f"{path}: no such file or folder (give the {source} file, folder or data.zip)")
     if path.is_dir():
         names = sorted(p for p in path.glob("*.json") if "private" not in p.name and "predict" not in p.name)
+        if source == "convfinqa" and any(p.name in _CONVERSATIONS for p in names):
+            names = [p for p in names if p.name in _CONVERSATIONS]  # data.zip unzipped: not its *_turn.json again
         if not names:
             raise ValueError(f"{path}: no .json files in the folder")
         for p in names:
             yield p.name, _json_list(str(p), p.read_bytes())
     elif zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as z:
-            members = sorted(n for n in z.namelist() if pathlib.PurePath(n).name in ("train.json", "dev.json"))
+            members = sorted(n for n in z.namelist() if pathlib.PurePath(n).name in _CONVERSATIONS)
             if not members:
                 raise ValueError(f"{path}: the zip holds no train.json or dev.json")
             for n in members:

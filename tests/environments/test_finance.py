@@ -101,6 +101,18 @@ def test_finqa_programs_execute_as_evaluate_py():
             program.execute(bad, table)
 
 
+def test_finqa_program_arguments_split_as_evaluate_py_tokenizes():
+    # evaluate.py splits a program at ", ": a thousands comma stays in its number
+    # (str_to_num drops it) and a row name may hold a comma without a space.
+    table = [["", "2020", "2019"], ["sales,net", "1,200", "1,000"]]
+    assert program.execute("add(1,234, 5)", table) == 1239.0
+    assert program.execute("subtract(1,200, 1,000), divide(#0, 1,000)", table) == 0.2
+    assert program.execute("table_sum(sales,net, none)", table) == 2200.0
+    assert program.execute("add(1,2)", table) == 3.0  # no space: still two arguments
+    with pytest.raises(program.ProgramError, match="3 arguments"):
+        program.execute("add(1, 2, 3)", table)
+
+
 _TABLE = [["", "2020", "2019"], ["revenue", "$ 120", "$ 100"], ["cost", "$ 60", "$ 50"]]
 
 
@@ -210,6 +222,14 @@ def test_convfinqa_zip_and_turn_files(tmp_path, registered):
     path.write_text(json.dumps([turn]))
     one = registered("rlpt/finance-convturntest-v0", "convfinqa", path)
     assert [t.demonstration for t in one._tasks] == ["100"]
+    # data.zip unzipped: its conversation files only, not their turns again from *_turn.json
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "dev.json").write_text(json.dumps([_conversation("Single_D/2021/page_1.pdf-1")]))
+    (folder / "dev_turn.json").write_text(json.dumps([turn]))
+    (folder / "test_private.json").write_text(json.dumps([{"id": "Single_E/2021/page_1.pdf-1"}]))
+    unzipped = registered("rlpt/finance-convfoldertest-v0", "convfinqa", folder)
+    assert unzipped.split_sizes()["eval"] == 3 and not unzipped.refused
 
 
 def test_file_problems_and_all_refused_raise(tmp_path):
