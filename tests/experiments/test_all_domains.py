@@ -16,6 +16,7 @@ from experiments import domains, grpo_all_domains
 from rlpt.config import TrainConfig, from_config_dict
 from rlpt.metrics import WALL_CLOCK_PREFIXES
 from tests.bases import base_cache_dir
+from tests.experiments.test_smoke_runs import check_train_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,6 +65,7 @@ def test_a_run_over_every_domain_steps_evaluates_checkpoints_and_resumes(tmp_pat
   n = len(cfg.domains.ids)
   reference = str(tmp_path / "reference")
   result = train(cfg, reference)
+  check_train_run(cfg, reference, result)  # the experiment's smoke run (test_smoke_runs.py)
 
   # Interrupted after the checkpoint of step 1, then resumed.
   workdir = str(tmp_path / "resumed")

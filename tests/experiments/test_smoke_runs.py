@@ -15,13 +15,34 @@ EXPERIMENTS = sorted(
     os.path.splitext(os.path.basename(p))[0]
     for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
     if not os.path.basename(p).startswith("_") and os.path.basename(p) != "domains.py")
+# Experiments whose smoke run another test makes (with check_train_run), in the
+# module that already chose their domains (choosing every domain takes a
+# minute; under make test's workers each module would choose them again).
+COVERED_ELSEWHERE = {"grpo_all_domains": "tests/experiments/test_all_domains.py"}
 
 
 def test_every_experiment_is_collected():
   assert "grpo_default" in EXPERIMENTS and "pretrain_base" in EXPERIMENTS
+  for name, module in COVERED_ELSEWHERE.items():
+    assert name in EXPERIMENTS
+    assert "check_train_run" in open(os.path.join(ROOT, module)).read(), module
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+def check_train_run(cfg, workdir, result):
+  """What every training experiment's smoke run must produce in ``workdir``."""
+  rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  train_rows = [r for r in rows if r["kind"] == "train"]
+  assert [r["step"] for r in train_rows] == list(range(1, cfg.steps + 1))
+  for r in train_rows:
+    assert r["infra_errors"] == 0
+    assert 0.0 <= r["reward/mean"] <= 1.0
+    assert r["time/generate"] > 0 and r["throughput/generated_tokens_per_s"] > 0
+  assert os.path.getsize(os.path.join(workdir, "eval_success.png")) > 1000
+  assert "| mean |" in result["table"]
+  assert os.listdir(os.path.join(workdir, "tensorboard"))
+
+
+@pytest.mark.parametrize("name", [n for n in EXPERIMENTS if n not in COVERED_ELSEWHERE])
 def test_smoke_run(name, tmp_path, monkeypatch):
   monkeypatch.chdir(ROOT)
   module = importlib.import_module(f"experiments.{name}")
@@ -48,16 +69,7 @@ def test_smoke_run(name, tmp_path, monkeypatch):
   cfg = from_config_dict(TrainConfig, cd)
   from rlpt.trainer import train
   result = train(cfg, str(tmp_path))
-  rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
-  train_rows = [r for r in rows if r["kind"] == "train"]
-  assert [r["step"] for r in train_rows] == list(range(1, cfg.steps + 1))
-  for r in train_rows:
-    assert r["infra_errors"] == 0
-    assert 0.0 <= r["reward/mean"] <= 1.0
-    assert r["time/generate"] > 0 and r["throughput/generated_tokens_per_s"] > 0
-  assert os.path.getsize(tmp_path / "eval_success.png") > 1000
-  assert "| mean |" in result["table"]
-  assert os.listdir(tmp_path / "tensorboard")
+  check_train_run(cfg, str(tmp_path), result)
   # The trained tasks, replayable without rlpt: one row per step, one task per prompt group.
   tasks = [json.loads(l) for l in open(tmp_path / "tasks.jsonl")]
   assert [t["step"] for t in tasks] == list(range(1, cfg.steps + 1))
