@@ -12,6 +12,9 @@ from rlpt.config.sections import OptimConfig
 from rlpt.config.model import ATTENTION_IMPLS, LoraConfig, ModelConfig
 
 
+# rollout.decode_kernel's choices (rlpt.models.decode_kernel implements them).
+DECODE_KERNELS = ("xla", "pallas", "pallas-interpret")
+
 @dataclasses.dataclass(frozen=True)
 class BaseModelConfig:
   """Where the starting policy comes from.
@@ -106,9 +109,9 @@ class RolloutConfig:
     return self.weights_int8 or self.kv_int8 or self.share_prefix or self.decode_kernel != "xla"
 
   def __post_init__(self):
-    _require(self.decode_kernel in ("xla", "pallas", "pallas-interpret"),
-             f"rollout.decode_kernel is {self.decode_kernel!r}; expected 'xla', 'pallas' (TPU) "
-             "or 'pallas-interpret'.")
+    _require(self.decode_kernel in DECODE_KERNELS,
+             f"rollout.decode_kernel is {self.decode_kernel!r}; expected one of "
+             f"{list(DECODE_KERNELS)} (pallas: TPU; pallas-interpret: CPU tests).")
     _require(self.max_attempts >= 1, f"rollout.max_attempts must be >= 1, got {self.max_attempts}.")
     _require(self.max_turns >= 0,
              f"rollout.max_turns must be >= 0 (0 = each domain's own), got {self.max_turns}.")

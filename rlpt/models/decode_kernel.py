@@ -33,23 +33,22 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from rlpt.config.rl_sections import DECODE_KERNELS
 from rlpt.models.cache import LayerKV, attention_with_lse, merge_attention
 
 DEFAULT_BLOCK = 512
-# Decode attention implementations a layout may use (rollout.decode_kernel).
-KERNELS = ("xla", "pallas", "pallas-interpret")
 
 
 def check_kernel(name: str) -> str:
-  if name not in KERNELS:
-    raise ValueError(f"decode_kernel {name!r}; expected one of {list(KERNELS)} (pallas: TPU, "
+  if name not in DECODE_KERNELS:
+    raise ValueError(f"decode_kernel {name!r}; expected one of {list(DECODE_KERNELS)} (pallas: TPU, "
                      "pallas-interpret: the same kernel interpreted, for CPU tests).")
   return name
 
 
 def shared_mask_attention(q_BxTxNxH, kv, key_mask_BxS, kernel: str = "xla"):
   """(out, lse) of every query of a row over the slots ``key_mask_BxS`` marks,
-  by ``kernel`` (``KERNELS``); the XLA path is ``attention_with_lse``."""
+  by ``kernel`` (``DECODE_KERNELS``); the XLA path is ``attention_with_lse``."""
   if kernel == "xla":
     b, t = q_BxTxNxH.shape[:2]
     mask = jnp.broadcast_to(key_mask_BxS[:, None, :], (b, t, key_mask_BxS.shape[1]))
@@ -122,8 +121,8 @@ def decode_attention(q_BxQxNxH, kv, key_mask_BxS, scale: float | None = None,
   # The slots past the last whole block (fewer than a block; a cache of 2K + 1
   # slots has one) go through the XLA path, and the two halves merge exactly.
   cut = n_blocks * block
-  tail = LayerKV(*(None if x is None else x[..., cut:] if i != 1 else x[:, :, cut:]
-                   for i, x in enumerate(kv)))
+  scale_tail = lambda x: None if x is None else x[..., cut:]
+  tail = LayerKV(kv.k[..., cut:], kv.v[:, :, cut:], scale_tail(kv.k_scale), scale_tail(kv.v_scale))
   out_t, lse_t = attention_with_lse(q_BxQxNxH, tail, _per_query(key_mask_BxS[:, cut:], qn), scale)
   return merge_attention(out, lse, out_t, lse_t), jnp.logaddexp(lse, lse_t)
 
