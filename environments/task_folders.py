@@ -19,7 +19,11 @@ Folder format (one task per folder; unknown files and keys are ignored):
                                  timeout_sec when the task gives one);
                                  [verifier] timeout_sec (default 60, at most 3600),
                                  env (variables for test.sh); [environment] cpus,
-                                 memory_mb or memory ("2G"): the container's limits
+                                 memory_mb or memory ("2G"): the container's limits,
+                                 network ("none" | "registries" | "host", or
+                                 Harbor's allow_internet = false: "none");
+                                 [verifier] network: the tests' (see
+                                 environments.containers.egress)
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import re
 import tomllib
 from typing import Any
 
-from environments.containers import compose
+from environments.containers import compose, egress
 from environments.containers import engine as engine_mod
 from environments.registry import DIFFICULTIES
 
@@ -83,6 +87,8 @@ class TaskFolder:
     healthcheck: engine_mod.Healthcheck | None = None  # [environment.healthcheck]
     solution_packages: bool = False  # the image also holds what solution/solve.sh installs (a loader option)
     services: tuple[compose.Service, ...] = ()  # sidecars from environment/docker-compose.yaml, in start order
+    network: str | None = None  # [environment] network (or allow_internet = false: "none"); None: the run's choice
+    verifier_network: str | None = None  # [verifier] network; None: the run's choice
 
     @property
     def has_reference(self) -> bool:
@@ -255,7 +261,28 @@ def load_task_folder(path: str, solution_packages: bool = False) -> TaskFolder:
     return TaskFolder(name, path, difficulty, tags, steps, strategy, resources, build_timeout, workdir,
                       compose_env + _env_of(environment), _env_of(_table(meta, "solution")), _user(agent, toml_path),
                       _user(verifier, toml_path), _healthcheck(environment.get("healthcheck"), toml_path),
-                      solution_packages, services)
+                      solution_packages, services, _network(environment, f"{toml_path} [environment]", True),
+                      _network(verifier, f"{toml_path} [verifier]", False))
+
+
+def _network(t: dict, where: str, harbor_flag: bool) -> str | None:
+    """A table's `network` policy (environments.containers.egress.POLICIES); in
+    [environment], Harbor's `allow_internet = false` means "none" (true leaves the
+    choice to the run: an agent with the internet is not something a run must give)."""
+    policy = t.get("network")
+    if harbor_flag and "allow_internet" in t:
+        if not isinstance(t["allow_internet"], bool):
+            raise TaskFolderError(f"{where}: allow_internet must be true or false, got {t['allow_internet']!r}")
+        if t["allow_internet"] is False:
+            if policy not in (None, "none"):
+                raise TaskFolderError(f"{where}: allow_internet = false contradicts network = {policy!r}")
+            return "none"
+    if policy is None:
+        return None
+    try:
+        return egress.check_policy(policy, where)
+    except ValueError as e:
+        raise TaskFolderError(str(e)) from None
 
 
 def _user(t: dict, where: str) -> str | None:

@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 
 from environments import registry, splits
+from environments.containers import egress, images
 from environments.containers import engine as engine_mod
-from environments.containers import images
 from environments.registry import Domain, DomainSpec
 from environments.task_folders import (MAX_TIMEOUT_S, TaskFolder, TaskFolderError,  # noqa: F401  (re-exported)
                                      load_task_folder)
@@ -91,6 +91,40 @@ def build_task(folder: TaskFolder, engine: engine_mod.Engine | None = None) -> i
 # ---------------------------------------------------------------- episodes
 
 
+def _policies(task: TaskFolder, network: str, verifier_network: str | None) -> tuple[str, str]:
+    """(the agent's, the tests') network policy: the task.toml's where it names one, else the
+    run's; the tests' default is "registries" when test.sh installs its runner, else "none".
+    A task may not give itself the host's network: only a run on "host" has it."""
+    network = egress.check_policy(network, f"task {task.name}: the run's network")
+    if verifier_network is not None:
+        verifier_network = egress.check_policy(verifier_network, f"task {task.name}: the run's verifier_network")
+    agent = task.network or network
+    tests = task.verifier_network or verifier_network or ("registries" if images.needs_tools(task.path) else "none")
+    for asked, what in ((task.network, "[environment] network"), (task.verifier_network, "[verifier] network")):
+        if asked == "host" and network != "host":
+            raise TaskFolderError(f"task {task.name}: {what} = 'host' needs a run on the host's network (network='host'), "
+                                  f"this run's is {network!r}")
+    if agent == "host":
+        tests = "host"  # a container started on the host's network keeps it for its tests
+    elif tests == "host":
+        raise TaskFolderError(f"task {task.name}: tests on the host's network need the agent's on it too (network='host')")
+    return agent, tests
+
+
+def _agent_offline_env(network: str) -> dict[str, str]:
+    """The container's variables: uv offline where the agent has no network at all, so it reads what the image holds
+    instead of failing to fetch (the tests get OFFLINE_ENV whatever the policy: their tools are in the image)."""
+    if network == "none":
+        return dict(OFFLINE_ENV)
+    keep = ("PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_INPUT", "DEBIAN_FRONTEND", "UV_NO_PROGRESS", "UV_LINK_MODE")
+    return {k: v for k, v in OFFLINE_ENV.items() if k in keep}
+
+
+def _split_host(host_port: str) -> tuple[str, int]:
+    host, _, port = host_port.rpartition(":")
+    return host, int(port)
+
+
 def _shown(result: engine_mod.Exec) -> str:
     """Exit status and output of a command, one line, at most OUTPUT_CHARS."""
     out = result.output.rstrip("\n").replace("\n", "\\n")
@@ -104,11 +138,19 @@ def _shown(result: engine_mod.Exec) -> str:
 
 
 _LIVE: dict[str, tuple[engine_mod.Engine, bool]] = {}  # containers and pods this process started, not yet removed
+_GATES: dict[str, egress.Gate] = {}  # the egress proxy of each live container or pod that has one
 
 
 def _remove_later(engine: engine_mod.Engine, name: str, pod: bool = False) -> None:
     _LIVE.pop(name, None)
-    threading.Thread(target=engine.remove_pod if pod else engine.remove, args=(name,), daemon=True).start()
+    gate = _GATES.pop(name, None)
+    if gate is not None:
+        gate.close()
+    remove = engine.remove_pod if pod else engine.remove
+    try:
+        threading.Thread(target=remove, args=(name,), daemon=True).start()
+    except RuntimeError:  # the interpreter is shutting down: no new threads
+        remove(name)
 
 
 @atexit.register
@@ -116,6 +158,8 @@ def _remove_live() -> None:
     """Containers (and pods) of episodes still open when the process exits go with them."""
     for name, (engine, pod) in list(_LIVE.items()):
         (engine.remove_pod if pod else engine.remove)(name)
+    for gate in list(_GATES.values()):
+        gate.close()
 
 
 @dataclasses.dataclass
@@ -128,7 +172,13 @@ class _Episode:
     pod: str | None = None  # the pod of a task with sidecar services (removed with them all)
     workdir: str = "/"
     test_output: str | None = None  # what the last test.sh printed (for reports)
+    gate: egress.Gate | None = None  # its egress proxy (network policy "registries"); its log outlives the episode
     _finalizer: Any = None
+
+    @property
+    def refused(self) -> list[str]:
+        """`host:port` of every request the episode's proxy refused, in order, each once."""
+        return list(dict.fromkeys(f"{a.host}:{a.port}" for a in (self.gate.asked if self.gate else ()) if not a.allowed))
 
     def close(self, engine: engine_mod.Engine) -> None:
         if self._finalizer is not None:
@@ -143,10 +193,11 @@ class TerminalTaskDomain(Domain):
     answer_format = f"a bash script (a turn whose last line is {DONE} ends the step)"
 
     def __init__(self, task: TaskFolder, split: str = "train", version: int = 0,
-                 engine: engine_mod.Engine | None = None) -> None:
+                 engine: engine_mod.Engine | None = None, network: str = "none", verifier_network: str | None = None) -> None:
         self.folder = task
         self.engine = engine or _ENGINE
         self.splits = (splits.check_split(split),)
+        self.network, self.verifier_network = _policies(task, network, verifier_network)
         steps = task.steps
         if len(steps) == 1:
             self._prompts = (f"{PROTOCOL}\n\nTask:\n{steps[0].instruction}\n\n$ ",)
@@ -164,7 +215,7 @@ class TerminalTaskDomain(Domain):
             family=FAMILY,
             difficulty=task.difficulty,
             tags=("terminal", "shell", "container", "tool-use", "multi-turn", "tbench", *task.tags)
-                 + (("multi-step",) if len(steps) > 1 else ()),
+                 + (("multi-step",) if len(steps) > 1 else ()) + ((f"network-{self.network}",) if self.network != "none" else ()),
             max_prompt_chars=max(len(p) for p in self._prompts),
             max_answer_chars=max(MAX_ANSWER_CHARS, *(len(t) for t in self._turns)),
             description=f"Terminal-Bench-style task '{task.name}' ({task.path}), in its own container, graded by its tests"
@@ -208,17 +259,19 @@ class TerminalTaskDomain(Domain):
                 return str(e)
         config = self._config
         name = f"rlpt-{self.folder.name[:40]}-{uuid.uuid4().hex[:10]}"
+        host_network = self.network == "host"
         try:
             if self.folder.services:
-                episode.pod = self.engine.create_pod(name + "-pod")
+                episode.pod = self.engine.create_pod(name + "-pod", host_network=host_network)
                 _LIVE[episode.pod] = (self.engine, True)
                 # An episode dropped mid-way (a reset, a crashed rollout) still frees its containers.
                 episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, episode.pod, True)
                 self._start_services(episode.pod, name)
             # Offline, uv and pip read what the image holds instead of failing to fetch.
             container = self.engine.start(self.image, name, self.folder.resources, self._lifetime_s(),
-                                          env={**OFFLINE_ENV, **dict(self.folder.environment_env)},
-                                          keep_entrypoint=bool(config.get("Entrypoint")), pod=episode.pod)
+                                          env={**_agent_offline_env(self.network), **dict(self.folder.environment_env)},
+                                          keep_entrypoint=bool(config.get("Entrypoint")), pod=episode.pod,
+                                          host_network=host_network)
         except engine_mod.EngineError as e:
             episode.close(self.engine)
             return str(e)
@@ -228,6 +281,8 @@ class TerminalTaskDomain(Domain):
             episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, container)
         episode.workdir = self.folder.workdir or config.get("WorkingDir") or "/"
         try:
+            if self.network == "registries":
+                self._open_gate(episode, "registries")
             # apt retries a download it cannot make with growing delays; with no network it fails at once instead.
             # Each sidecar service answers at its name, as on a compose network.
             hosts = "".join(f"127.0.0.1 {svc.name}\n" for svc in self.folder.services)
@@ -278,7 +333,7 @@ class TerminalTaskDomain(Domain):
         if step.workdir_files is not None:
             self.engine.copy_in(episode.container, step.workdir_files, episode.workdir, merge=True)
             if os.path.isfile(os.path.join(step.workdir_files, "setup.sh")):
-                ran = self._exec(episode, "bash ./setup.sh\n", step.verifier_timeout_s, user=self.folder.agent_user)
+                ran = self._agent_exec(episode, "bash ./setup.sh\n", step.verifier_timeout_s)
                 if ran.exit_code != 0:
                     raise engine_mod.EngineError(f"step {step.name!r}: its workdir/setup.sh failed "
                                                  f"(exit {ran.exit_code}): {ran.output.strip()[-200:]}")
@@ -292,6 +347,27 @@ class TerminalTaskDomain(Domain):
     def _exec(self, episode: _Episode, script: str, timeout_s: float, env: dict[str, str] | None = None,
               user: str | None = None) -> engine_mod.Exec:
         return self.engine.exec(episode.container, script, timeout_s, env=env, workdir=episode.workdir, user=user)
+
+    def _agent_exec(self, episode: _Episode, script: str, timeout_s: float, env: dict[str, str] | None = None) -> engine_mod.Exec:
+        """A command of the agent's side (a model turn, a reference solution, a step's setup.sh), under the run's policy."""
+        if self.network == "registries":
+            env = {**self._proxy_env(), **(env or {})}
+            episode.gate.policy = "registries"
+        return self._exec(episode, script, timeout_s, env=env, user=self.folder.agent_user)
+
+    def _proxy_env(self) -> dict[str, str]:
+        return egress.proxy_env(local=tuple(svc.name for svc in self.folder.services))
+
+    def _open_gate(self, episode: _Episode, policy: str) -> egress.Gate:
+        """The episode's egress proxy (opened once, inside its container's network namespace)."""
+        if episode.gate is None:
+            try:
+                episode.gate = egress.Gate(self.engine.pid(episode.container), policy, label=episode.container[:12])
+            except (OSError, ValueError) as e:
+                raise engine_mod.EngineError(str(e)) from None
+            _GATES[episode.pod or episode.container] = episode.gate
+        episode.gate.policy = policy
+        return episode.gate
 
     def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
         episode: _Episode = task.hidden
@@ -309,10 +385,14 @@ class TerminalTaskDomain(Domain):
         if command and self._command_limit(episode) > 0:
             limit = self._command_limit(episode)
             try:
-                result = self._exec(episode, command + "\n", limit, user=self.folder.agent_user)
+                result = self._agent_exec(episode, command + "\n", limit)
             except engine_mod.EngineError as e:
                 episode.close(self.engine)
                 return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure: {e}")
+            refused = episode.gate.take_refused() if episode.gate is not None else []
+            if refused:  # one line the model sees, before the command's own output
+                result = dataclasses.replace(result, output=f"[network: {episode.gate.refusal(*_split_host(refused[0]), brief=True)}"
+                                             + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "") + "]\n" + result.output)
             episode.command_s += result.seconds
             if result.timed_out and limit < step.command_timeout_s:
                 episode.command_s = float(step.agent_timeout_s or 0.0)  # the agent's time is what ran out
@@ -368,8 +448,7 @@ class TerminalTaskDomain(Domain):
         self._exec(episode, f"rm -rf {SOLUTION_PATH}\n", 60, user="0")
         self.engine.copy_in(episode.container, step.solution_dir, SOLUTION_PATH)
         budget = min(step.agent_timeout_s or MAX_TIMEOUT_S, timeout_s or MAX_TIMEOUT_S)
-        return self._exec(episode, f"bash {SOLUTION_PATH}/solve.sh\n", budget, env=dict(self.folder.solution_env),
-                          user=self.folder.agent_user)
+        return self._agent_exec(episode, f"bash {SOLUTION_PATH}/solve.sh\n", budget, env=dict(self.folder.solution_env))
 
     def run_references(self, episode: _Episode, timeout_s: float | None = None) -> tuple[Grade, str, bool]:
         """The oracle through every step: each step's reference, then its tests. Returns the
@@ -398,8 +477,16 @@ class TerminalTaskDomain(Domain):
             self.engine.copy_in(ctr, tests, TESTS_PATH, merge=i > 0)
         env = {**OFFLINE_ENV, "TEST_DIR": TESTS_PATH, "TESTS_DIR": TESTS_PATH, "LOGS_DIR": LOGS_PATH,
                "APP_DIR": episode.workdir, **dict(step.verifier_env)}
+        if episode.gate is not None:
+            episode.gate.take_refused()  # what the agent was refused is not the tests'
+        if self.verifier_network == "registries":
+            self._open_gate(episode, "registries")
+            env = {**self._proxy_env(), **env}
+        elif episode.gate is not None:
+            episode.gate.policy = "none"  # the agent's proxy stays up (its background jobs use it) but lets nothing out
         result = self._exec(episode, f"bash {TESTS_PATH}/test.sh\n", step.verifier_timeout_s, env=env,
                             user=self.folder.verifier_user)
+        refused = episode.gate.take_refused() if episode.gate is not None else []
         episode.test_output = result.output
         if result.timed_out:
             return Grade(Verdict.TIMEOUT, 0.0, f"the tests ran past {step.verifier_timeout_s:g}s")
@@ -413,6 +500,8 @@ class TerminalTaskDomain(Domain):
         if reward == 1.0:
             return passed("the tests passed")
         broken = harness_failure(result.output)
+        if broken is None and refused and not tests_judged(result.output):
+            broken = f"the tests reached for {', '.join(refused[:3])}, which network policy {self.verifier_network!r} refuses"
         if broken is not None:
             # The tests never judged the work: infrastructure, masked, never the model's FAIL.
             return verifier_error(f"the tests could not run here: {broken}")
@@ -531,9 +620,14 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
             episode.close(domain.engine)
             return f"its reference solution cannot run: {e}"
         if grade.verdict is not Verdict.PASS:
+            if episode.refused:
+                return (f"its reference solution needs {', '.join(episode.refused[:3])}, which network policy "
+                        f"{domain.network!r} refuses")
             needs = needs_network(output)
-            if needs is not None:
-                return f"its reference solution needs the network, which episodes do not have ({needs[:120]})"
+            if needs is not None and domain.network != "host":
+                beyond = "the network beyond the package registries" if domain.network == "registries" else \
+                    "the network, which episodes do not have"
+                return f"its reference solution needs {beyond} ({needs[:120]})"
             if timed_out:
                 return f"its reference solution ran past the agent's timeout ({grade.feedback[:160]})"
             said = [ln.strip() for ln in output.splitlines() if ln.strip()]
@@ -548,13 +642,15 @@ def validate_task(domain: TerminalTaskDomain) -> str | None:
 
 
 def register_task_folder(path: str, split: str = "train", version: int = 0, build: bool = True, validate: bool = True,
-                         engine: engine_mod.Engine | None = None, solution_packages: bool = False) -> str:
+                         engine: engine_mod.Engine | None = None, solution_packages: bool = False,
+                         network: str = "none", verifier_network: str | None = None) -> str:
     """Loads, builds (cached by content) and registers one task folder as
     `rlpt/tbench-<name>-v<version>`; returns the id. Raises TaskFolderError for a
     malformed folder, a failed build, or (with `validate`, see `validate_task`) a
     task whose tests cannot be trusted here: a task that could only ever score 0
     never reaches training as a silent zero-reward domain."""
-    domain = TerminalTaskDomain(load_task_folder(path, solution_packages), split=split, version=version, engine=engine)
+    domain = TerminalTaskDomain(load_task_folder(path, solution_packages), split=split, version=version, engine=engine,
+                                network=network, verifier_network=verifier_network)
     if build or validate:
         built = build_task(domain.folder, domain.engine)
         if built.error is not None:
@@ -568,7 +664,8 @@ def register_task_folder(path: str, split: str = "train", version: int = 0, buil
 
 
 def register_tasks(root: str, split: str = "train", version: int = 0, skip_unavailable: bool = False,
-                   build: bool = True, validate: bool = True, solution_packages: bool = False) -> list[str]:
+                   build: bool = True, validate: bool = True, solution_packages: bool = False,
+                   network: str = "none", verifier_network: str | None = None) -> list[str]:
     """Registers every subfolder of `root` (sorted) as a task; returns the ids. With
     skip_unavailable, folders that cannot load, build or validate are logged with the
     reason and skipped instead of raising."""
@@ -581,7 +678,8 @@ def register_tasks(root: str, split: str = "train", version: int = 0, skip_unava
             continue
         try:
             ids.append(register_task_folder(path, split=split, version=version, build=build, validate=validate,
-                                            solution_packages=solution_packages))
+                                            solution_packages=solution_packages, network=network,
+                                            verifier_network=verifier_network))
         except TaskFolderError as e:
             if not skip_unavailable:
                 raise

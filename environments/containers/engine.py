@@ -154,12 +154,14 @@ class Engine:
     # -------------------------------------------------------------- containers
 
     def start(self, image: str, name: str, resources: Resources, lifetime_s: float, env: dict[str, str] | None = None,
-              keep_entrypoint: bool = False, pod: str | None = None) -> str:
-        """Starts a detached container with no network (or in `pod`, sharing its
-        loopback) that removes itself after `lifetime_s` even if this process dies;
-        returns its id. With `keep_entrypoint` the image's ENTRYPOINT runs (services
-        a task starts there) with `sleep <lifetime>` as its command, as Harbor runs tasks."""
-        args = ["run", "--detach", "--rm", "--pull=never", *([f"--pod={pod}"] if pod else ["--network=none"]),
+              keep_entrypoint: bool = False, pod: str | None = None, host_network: bool = False) -> str:
+        """Starts a detached container with no network but its own loopback (or in
+        `pod`, sharing the pod's; or, with `host_network`, the host's network) that
+        removes itself after `lifetime_s` even if this process dies; returns its id.
+        With `keep_entrypoint` the image's ENTRYPOINT runs (services a task starts
+        there) with `sleep <lifetime>` as its command, as Harbor runs tasks."""
+        network = [f"--pod={pod}"] if pod else ["--network=host" if host_network else "--network=none"]
+        args = ["run", "--detach", "--rm", "--pull=never", *network,
                 "--name", name, "--label", f"{LABEL}=1", "--init", *resources.flags()]
         if not keep_entrypoint:
             args += ["--entrypoint", "sleep"]
@@ -168,9 +170,17 @@ class Engine:
         args += [image, *(["sleep"] if keep_entrypoint else []), f"{int(lifetime_s) + 1}"]
         return self._call(args, 120).stdout.decode().strip()
 
-    def create_pod(self, name: str) -> str:
-        """A pod with no network: its containers share one loopback interface."""
-        return self._call(["pod", "create", "--network=none", "--name", name, "--label", f"{LABEL}=1"], 120).stdout.decode().strip()
+    def create_pod(self, name: str, host_network: bool = False) -> str:
+        """A pod with no network (or the host's): its containers share one loopback interface."""
+        network = "--network=host" if host_network else "--network=none"
+        return self._call(["pod", "create", network, "--name", name, "--label", f"{LABEL}=1"], 120).stdout.decode().strip()
+
+    def pid(self, container: str) -> int:
+        """The host's pid of the container's first process (its namespaces are /proc/<pid>/ns/*)."""
+        out = self._call(["inspect", "--format", "{{.State.Pid}}", container], 60).stdout.decode().strip()
+        if not out.isdigit() or int(out) <= 0:
+            raise EngineError(f"container {container} has no running process (podman inspect said {out[:60]!r})")
+        return int(out)
 
     def start_service(self, image: str, name: str, pod: str, env: dict[str, str] | None = None,
                       command: tuple[str, ...] | None = None) -> str:
