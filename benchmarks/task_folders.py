@@ -1,6 +1,6 @@
 """Builds, validates and runs terminal task folders as published; prints what held.
 
-    python benchmarks/task_folders.py ROOT [ROOT ...] [--limit_per_root N] [--build_timeout 600] [--json out.json]
+    python benchmarks/task_folders.py ROOT [ROOT ...] [--network registries] [--limit_per_root N] [--build_timeout 600] [--json out.json]
     python benchmarks/task_folders.py --overhead TASK_FOLDER [--episodes 10]
     python benchmarks/task_folders.py --report rows.json     (the report again, from --json's rows)
 
@@ -13,6 +13,12 @@ here). For every task, in order:
             verifier tools layer (refused: the build's one-line reason)
   reference solution/ run as Harbor's oracle (`bash /solution/solve.sh`), then the tests
   no-op     a do-nothing answer (`DONE`), then the tests
+
+Episodes run on `--network` (none | registries | host; a task.toml may choose
+its own), the tests on `--verifier_network` (default: registries where test.sh
+installs its runner, else none). The report also gives the validated share of
+the tasks that need no host beyond the package registries (at build, in their
+reference solution, or in their services), and every host the proxy refused.
 
 and prints: built / refused grouped by reason / reference PASS / do-nothing FAIL
 by the tests' own verdict / infrastructure failures (VERIFIER_ERROR,
@@ -37,6 +43,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from environments import terminal_tasks  # noqa: E402
+from environments.containers import egress  # noqa: E402
 from environments.containers import engine as engine_mod  # noqa: E402
 from environments.containers import images  # noqa: E402
 from environments.verdicts import Verdict  # noqa: E402
@@ -82,7 +89,7 @@ def _runs_pytest(path: str) -> bool:
 
 
 def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, reference_timeout: float,
-             solution_packages: bool = False) -> dict:
+             solution_packages: bool = False, network: str = "none", verifier_network: str | None = None) -> dict:
     row: dict = {"task": os.path.relpath(path, os.path.dirname(os.path.dirname(path))), "path": path}
     try:
         folder = terminal_tasks.load_task_folder(path, solution_packages)
@@ -91,10 +98,14 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
     row["has_reference"] = folder.has_reference
     folder = dataclasses.replace(folder, build_timeout_s=min(folder.build_timeout_s, build_timeout))
     built = terminal_tasks.build_task(folder, engine)
-    row.update(build_s=round(built.seconds, 1), cached=built.cached)
+    row.update(build_s=round(built.seconds, 1), cached=built.cached, build_warnings=list(getattr(built, "warnings", ())))
     if built.error is not None:
         return {**row, "stage": "build", "reason": built.error, "log": built.log_path}
-    domain = terminal_tasks.TerminalTaskDomain(folder, engine=engine)
+    try:
+        domain = terminal_tasks.TerminalTaskDomain(folder, engine=engine, network=network, verifier_network=verifier_network)
+    except terminal_tasks.TaskFolderError as e:
+        return {**row, "stage": "load", "reason": str(e)}
+    row.update(network=domain.network, verifier_network=domain.verifier_network)
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -111,8 +122,9 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
                     row["reference_timed_out"] = reference_timeout
                 needs = terminal_tasks.needs_network(output)
                 row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
-                           reference_output=output[-400:],
-                           reference_needs_network=bool(grade.verdict is not Verdict.PASS and needs))
+                           reference_output=output[-400:], reference_refused=task.hidden.refused,
+                           reference_asked=sorted({f"{a.host}:{a.port}" for a in (task.hidden.gate.asked if task.hidden.gate else ())}),
+                           reference_needs_network=bool(grade.verdict is not Verdict.PASS and (needs or task.hidden.refused)))
             except engine_mod.EngineError as e:
                 task.hidden.close(engine)
                 row.update(reference="SANDBOX_ERROR", reference_why=str(e)[:300])
@@ -125,6 +137,21 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
                noop_tail=(task.hidden.test_output or "")[-600:])
     row["stage"] = "ran"
     return row
+
+
+_OTHER_HOSTS = re.compile(r"downloads from a host other than the package registries")
+_SERVICE_NETWORK = re.compile(r"service '[^']+' did not become healthy[^;]*; it needs the network")
+
+
+def _needs_other_hosts(row: dict) -> bool:
+    """Whether the task reached for a host beyond the package registries: in its build, its
+    reference solution (the proxy refused it, or it printed a network failure) or a service's start."""
+    if row["stage"] == "build":
+        return bool(_OTHER_HOSTS.search(_category(row["reason"])))
+    if row.get("reference") == "PASS":
+        return False  # whatever it was refused (uv's installer from astral.sh, say), it did not need it
+    return bool(row.get("reference_refused") or row.get("reference_needs_network")
+                or _SERVICE_NETWORK.search(row.get("reference_why") or ""))
 
 
 def report(rows: list[dict]) -> None:
@@ -144,11 +171,14 @@ def report(rows: list[dict]) -> None:
     print(f"reference solutions: {len(with_ref)} tasks have one; ran {len(ref_ran)}; "
           f"PASS {sum(r.get('reference') == 'PASS' for r in ref_ran)}; "
           + ", ".join(f"{v} {c}" for v, c in collections.Counter(r.get('reference') for r in ref_ran if r.get('reference') != 'PASS').items()))
-    print(f"  of those not PASS, the reference solution itself needed the network (episodes have none): "
+    networks = sorted({r.get("network", "none") for r in ran})
+    print(f"  of those not PASS, the reference solution itself needed a network its policy ({'/'.join(networks)}) refuses: "
           f"{sum(bool(r.get('reference_needs_network')) for r in ref_ran)}")
     for r in ref_ran:
         if r.get("reference") != "PASS":
-            net = " [its solve.sh needed the network]" if r.get("reference_needs_network") else ""
+            refused_hosts = ", ".join(r.get("reference_refused") or [])
+            net = (f" [its solve.sh reached for {refused_hosts}]" if refused_hosts
+                   else " [its solve.sh needed the network]" if r.get("reference_needs_network") else "")
             if r.get("reference_timed_out"):
                 net += f" [its solve.sh ran past the {r['reference_timed_out']:g}s cap]"
             print(f"    {r['task']}: reference {r.get('reference')}{net}: {r.get('reference_why', '')[:200]}")
@@ -168,6 +198,20 @@ def report(rows: list[dict]) -> None:
     pct = 100.0 * len(validated) / max(1, len(with_ref))
     print(f"VALIDATED (reference PASS and do-nothing FAIL by the tests): {len(validated)}/{len(with_ref)} "
           f"of the tasks with a reference solution ({pct:.1f}%)")
+    elsewhere = [r for r in with_ref if _needs_other_hosts(r)]
+    local = [r for r in with_ref if not _needs_other_hosts(r)]
+    ok = [r for r in local if r in validated]
+    print(f"  of the {len(local)} that need no host beyond the package registries (build, reference, services): "
+          f"{len(ok)} validated ({100.0 * len(ok) / max(1, len(local)):.1f}%); {len(elsewhere)} need other hosts")
+    hosts = collections.Counter(h.rsplit(":", 1)[0] for r in ran if r.get("reference") != "PASS"
+                                for h in r.get("reference_refused") or [])
+    if hosts:
+        print("  hosts the proxy refused to reference solutions that did not PASS (tasks): " + ", ".join(f"{h} {c}" for h, c in hosts.most_common()))
+    warned = [r for r in rows if r.get("build_warnings")]
+    if warned:
+        print(f"built with the stand-in's adjustments (marked, not refused): {len(warned)}")
+        for r in warned:
+            print(f"    {r['task']}: " + "; ".join(r["build_warnings"])[:300])
     fresh = [r["build_s"] for r in rows if "build_s" in r and not r.get("cached")]
     cached = [r["build_s"] for r in rows if "build_s" in r and r.get("cached")]
 
@@ -231,6 +275,10 @@ def main() -> int:
                         help="cap on each reference solution's run (s), below the task's own agent timeout")
     parser.add_argument("--solution_packages", action="store_true",
                         help="images also hold what each reference solution installs (apt, pip, uv)")
+    parser.add_argument("--network", default="none", choices=egress.POLICIES,
+                        help="the agent's (and the reference solution's) network; a task.toml may choose its own")
+    parser.add_argument("--verifier_network", default=None, choices=egress.POLICIES,
+                        help="the tests' network (default: registries where test.sh installs its runner, else none)")
     parser.add_argument("--json", default=None, help="write every row here")
     parser.add_argument("--report", default=None, help="print the report of rows saved by --json (build reasons re-read from logs)")
     args = parser.parse_args()
@@ -254,7 +302,8 @@ def main() -> int:
     paths = task_folders(args.roots, args.limit_per_root)
     rows = []
     for i, path in enumerate(paths, 1):
-        row = run_task(path, engine, args.build_timeout, args.reference_timeout, args.solution_packages)
+        row = run_task(path, engine, args.build_timeout, args.reference_timeout, args.solution_packages,
+                       args.network, args.verifier_network)
         rows.append(row)
         status = row.get("reason", "")[:90] if row["stage"] != "ran" else f"reference {row.get('reference', '-')}, do-nothing {row.get('noop')}"
         print(f"[{i}/{len(paths)}] {row['task']}: {row['stage']} {row.get('build_s', '')}s  {status}", flush=True)

@@ -266,6 +266,8 @@ class TerminalTaskDomain(Domain):
                 _LIVE[episode.pod] = (self.engine, True)
                 # An episode dropped mid-way (a reset, a crashed rollout) still frees its containers.
                 episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, episode.pod, True)
+                if self.network == "registries":  # before the services: they may install at start too
+                    self._open_gate(episode, "registries", pid=self.engine.pod_pid(episode.pod))
                 self._start_services(episode.pod, name)
             # Offline, uv and pip read what the image holds instead of failing to fetch.
             container = self.engine.start(self.image, name, self.folder.resources, self._lifetime_s(),
@@ -281,7 +283,7 @@ class TerminalTaskDomain(Domain):
             episode._finalizer = weakref.finalize(episode, _remove_later, self.engine, container)
         episode.workdir = self.folder.workdir or config.get("WorkingDir") or "/"
         try:
-            if self.network == "registries":
+            if self.network == "registries" and episode.gate is None:
                 self._open_gate(episode, "registries")
             # apt retries a download it cannot make with growing delays; with no network it fails at once instead.
             # Each sidecar service answers at its name, as on a compose network.
@@ -303,9 +305,11 @@ class TerminalTaskDomain(Domain):
     def _start_services(self, pod: str, name: str) -> None:
         """The task's sidecar services, each started once those it depends on answer their healthchecks."""
         for svc in self.folder.services:
-            # Offline as the episode is: uv and pip use what the image holds (see images.uv_run_script).
+            # On the episode's network: with none, uv and pip use what the image holds (see images.uv_run_script).
+            proxy = self._proxy_env() if self.network == "registries" else {}
             cid = self.engine.start_service(self._service_images[svc.name], f"{name}-{svc.name}"[:120], pod,
-                                            env={**OFFLINE_ENV, **dict(svc.env)}, command=svc.command)
+                                            env={**_agent_offline_env(self.network), **proxy, **dict(svc.env)},
+                                            command=svc.command)
             try:
                 self._wait_healthy(cid, svc.healthcheck)
             except engine_mod.EngineError:
@@ -358,14 +362,15 @@ class TerminalTaskDomain(Domain):
     def _proxy_env(self) -> dict[str, str]:
         return egress.proxy_env(local=tuple(svc.name for svc in self.folder.services))
 
-    def _open_gate(self, episode: _Episode, policy: str) -> egress.Gate:
-        """The episode's egress proxy (opened once, inside its container's network namespace)."""
+    def _open_gate(self, episode: _Episode, policy: str, pid: int | None = None) -> egress.Gate:
+        """The episode's egress proxy (opened once, inside its container's or pod's network namespace)."""
         if episode.gate is None:
+            owner = episode.pod or episode.container
             try:
-                episode.gate = egress.Gate(self.engine.pid(episode.container), policy, label=episode.container[:12])
+                episode.gate = egress.Gate(pid or self.engine.pid(owner), policy, label=owner[:40])
             except (OSError, ValueError) as e:
                 raise engine_mod.EngineError(str(e)) from None
-            _GATES[episode.pod or episode.container] = episode.gate
+            _GATES[owner] = episode.gate
         episode.gate.policy = policy
         return episode.gate
 

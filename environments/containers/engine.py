@@ -175,6 +175,14 @@ class Engine:
         network = "--network=host" if host_network else "--network=none"
         return self._call(["pod", "create", network, "--name", name, "--label", f"{LABEL}=1"], 120).stdout.decode().strip()
 
+    def pod_pid(self, pod: str) -> int:
+        """Starts `pod` (its infra container holds the pod's namespaces) and returns that container's pid."""
+        self._call(["pod", "start", pod], 120)
+        infra = self._call(["pod", "inspect", "--format", "{{.InfraContainerID}}", pod], 60).stdout.decode().strip()
+        if not infra:
+            raise EngineError(f"pod {pod} has no infra container")
+        return self.pid(infra)
+
     def pid(self, container: str) -> int:
         """The host's pid of the container's first process (its namespaces are /proc/<pid>/ns/*)."""
         out = self._call(["inspect", "--format", "{{.State.Pid}}", container], 60).stdout.decode().strip()

@@ -278,3 +278,42 @@ def test_the_tests_network_is_chosen_apart_from_the_agents(tmp_path):
     grade, episode = results["none"]
     assert grade.verdict.value == "VERIFIER_ERROR" and "network" in grade.feedback, grade
     assert episode.gate is None
+
+
+COMPOSE = """services:
+  main:
+    environment:
+      - API_URL=http://api:8000
+  api:
+    build:
+      context: ./api
+    healthcheck:
+      test: ["CMD", "python3", "-c", "import socket; socket.create_connection(('localhost', 8000), timeout=2)"]
+      interval: 1s
+      retries: 10
+"""
+
+
+@pytest.mark.usefixtures("tbench_images")
+def test_a_pod_on_registries_reaches_its_services_by_name_and_the_registries_through_the_proxy(tmp_path):
+    if not _pypi_reachable():
+        pytest.skip("this machine does not reach pypi.org")
+    # The service saves the proxy it was given, so the test can see services are on the pod's policy too.
+    path = _write(tmp_path / "net-pod", {
+        "instruction.md": "Fetch the greeting.\n", "tests/test.sh": "grep -qx hi /app/got.txt\n",
+        "environment/docker-compose.yaml": COMPOSE,
+        "environment/api/Dockerfile": ("FROM python:3.13-slim\nWORKDIR /srv\n"
+                                       'CMD ["sh", "-c", "echo hi > greeting.txt && echo ${https_proxy:-none} > proxy.txt '
+                                       '&& exec python3 -m http.server 8000"]\n')})
+    env = gymnasium.make(terminal_tasks.register_task_folder(path, validate=False, network="registries"))
+    env.reset(seed=0)
+    fetch = "import os, urllib.request as u; print(u.urlopen(os.environ['API_URL'] + '/{0}').read().decode().strip())"
+    obs, *_ = env.step(f'python3 -c "{fetch.format("greeting.txt")}" > got.txt; python3 -c "{fetch.format("proxy.txt")}"; '
+                       "pip download --quiet --no-deps -d /tmp/dl six==1.16.0 && ls /tmp/dl")
+    assert "[exit 0]" in obs and f"http://127.0.0.1:{egress.PROXY_PORT}" in obs and "six-1.16.0" in obs, obs
+    episode = env.unwrapped.task.hidden
+    pod = episode.pod
+    assert pod and episode.gate is terminal_tasks._GATES[pod] and episode.refused == []
+    _, reward, _, _, step = env.step("DONE")
+    assert (reward, step["verdict"]) == (1.0, "PASS"), step
+    assert pod not in terminal_tasks._GATES and episode.gate._closed.is_set()
