@@ -37,7 +37,7 @@ import json
 import logging
 import os
 import re
-import select
+import selectors
 import shutil
 import socket
 import subprocess
@@ -55,6 +55,7 @@ PORTS = (80, 443)  # what a registry is reached on (HTTP for the Debian/Ubuntu a
 DEFAULT_HOSTS = ("pypi.org", "files.pythonhosted.org", "registry.npmjs.org", "deb.debian.org", "security.debian.org",
                  "archive.ubuntu.com", "security.ubuntu.com")
 _HEAD_LIMIT = 64 * 1024
+MAX_CONNECTIONS = 64  # open at once through one container's proxy
 _IDLE_S = 300.0  # a relayed connection with no bytes either way for this long is closed
 
 
@@ -217,6 +218,7 @@ class Gate:
         self._refused: list[str] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._sock = listen_in(pid, port)
         self._thread = threading.Thread(target=self._serve, name=f"rlpt-egress-{self.label}", daemon=True)
         self._thread.start()
@@ -259,6 +261,10 @@ class Gate:
                 continue
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):  # a container may not take the trainer's threads
+                _reply(client, 503, f"rlpt egress proxy: over {MAX_CONNECTIONS} connections at once from this container")
+                client.close()
+                continue
             threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
     def _record(self, host: str, port: int, allowed: bool) -> None:
@@ -300,6 +306,7 @@ class Gate:
         except OSError:
             pass
         finally:
+            self._slots.release()
             for s in (client, upstream):
                 if s is not None:
                     try:
@@ -350,7 +357,8 @@ def _parse_request(head: bytes) -> tuple[str, str, int, bytes] | str:
 
 
 def _reply(sock: socket.socket, status: int, message: str) -> None:
-    reason = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}[status]
+    reason = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
+              503: "Service Unavailable"}[status]
     body = (message + "\n").encode()
     try:
         sock.sendall(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
@@ -360,34 +368,34 @@ def _reply(sock: socket.socket, status: int, message: str) -> None:
 
 
 def _relay(a: socket.socket, b: socket.socket) -> None:
-    """Copies bytes both ways until both sides have closed (or nothing moves for _IDLE_S)."""
-    a.setblocking(False)
-    b.setblocking(False)
+    """Copies bytes both ways until both sides have closed (or nothing moves for _IDLE_S).
+    epoll, not select(): a trainer holds far more than 1,024 descriptors."""
     peer = {a: b, b: a}
-    open_ = {a, b}
-    while open_:
-        ready, _, _ = select.select(list(open_), [], [], _IDLE_S)
-        if not ready:
-            return
-        for s in ready:
-            try:
-                data = s.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError:
+    with selectors.DefaultSelector() as sel:
+        for s in (a, b):
+            s.setblocking(True)
+            s.settimeout(_IDLE_S)
+            sel.register(s, selectors.EVENT_READ)
+        live = 2
+        while live:
+            events = sel.select(_IDLE_S)
+            if not events:
                 return
-            if not data:
-                open_.discard(s)
+            for key, _ in events:
+                src = key.fileobj
                 try:
-                    peer[s].shutdown(socket.SHUT_WR)
+                    data = src.recv(65536)
                 except OSError:
-                    pass
-                continue
-            out = peer[s]
-            out.setblocking(True)
-            try:
-                out.sendall(data)
-            except OSError:
-                return
-            finally:
-                out.setblocking(False)
+                    return
+                if not data:
+                    sel.unregister(src)
+                    live -= 1
+                    try:
+                        peer[src].shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    peer[src].sendall(data)
+                except OSError:
+                    return

@@ -12,6 +12,7 @@ import socket
 import socketserver
 import subprocess
 import threading
+import time
 import http.server
 
 import gymnasium
@@ -188,6 +189,38 @@ def test_the_proxy_relays_allowed_hosts_and_refuses_the_rest_in_one_line(servers
         assert gate.take_refused() == []
     finally:
         gate.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace needs root (the container engine runs rootful)")
+def test_a_container_cannot_hold_more_than_its_share_of_connections(servers, monkeypatch):
+    echo_port, _ = servers
+    monkeypatch.setattr(egress, "PORTS", (echo_port,))
+    monkeypatch.setattr(egress, "MAX_CONNECTIONS", 2)
+    port = _free_port()
+    gate = egress.Gate(os.getpid(), "registries", hosts=frozenset({"localhost"}), port=port)
+    held = []
+    try:
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(f"CONNECT localhost:{echo_port} HTTP/1.1\r\n\r\n".encode())
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+            held.append(s)
+        assert b"over 2 connections at once" in _ask(port, f"CONNECT localhost:{echo_port} HTTP/1.1\r\n\r\n".encode())
+        held.pop().close()
+        deadline = time.monotonic() + 10
+        while b"200 Connection established" not in (reply := _ask_first(port, echo_port)) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the freed slot comes back once its relay has seen the close
+        assert b"200 Connection established" in reply
+    finally:
+        for s in held:
+            s.close()
+        gate.close()
+
+
+def _ask_first(port, echo_port) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"CONNECT localhost:{echo_port} HTTP/1.1\r\n\r\n".encode())
+        return s.recv(4096)
 
 
 def test_a_gate_cannot_open_in_a_process_that_is_not_there():
