@@ -7,7 +7,10 @@
                                                progress bar and one line per failed build;
                                                --validate also runs each reference and do-nothing answer;
                                                --solution-packages also bakes in what each reference
-                                               solution installs (apt, pip, uv: episodes have no network)
+                                               solution installs (apt, pip, uv: episodes have no network);
+                                               each warning (what a stand-in changed) follows its task's line
+    python -m environments bases               what stands in here for each public base image name, and
+                                               why a fallback does where the distribution's archive cannot
 """
 
 import collections
@@ -70,14 +73,28 @@ def build(argv: list[str]) -> int:
                 continue
             note += ", validated"
         print(f"\r{name}: {built.tag} ({note})".ljust(90), file=sys.stderr)
+        for w in built.warnings:
+            print(f"  warning: {w}", file=sys.stderr)
     print(f"\r{_bar(len(paths), len(paths))} {len(paths) - failed} ready, {failed} failed, "
           f"{time.monotonic() - start:.0f}s".ljust(90), file=sys.stderr)
     return 1 if failed else 0
 
 
+def bases() -> int:
+    from environments.containers import bases as bases_mod
+
+    rows = bases_mod.table()
+    width = max(len(names) for names, _ in rows)
+    for names, stand_in in rows:
+        print(f"{names:{width}s}  {stand_in}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["build"]:
         return build(argv[1:])
+    if argv == ["bases"]:
+        return bases()
     import environments  # noqa: F401  (registers the domains)
     from environments import registry
 

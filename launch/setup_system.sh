@@ -29,6 +29,33 @@ else
   echo "setup_system: installed ${missing[*]}"
 fi
 
+# ubuntu-keyring: the Ubuntu archive's keys, for `ubuntu:*` stand-ins built from
+# Ubuntu's archive (environments/containers/bases.py). Debian ships it from Debian
+# 13 on; on Debian 12 its .deb comes from Debian 13's archive, through apt with a
+# private source list signed by the Debian archive key (the same trust as every
+# other package here). It has no dependencies.
+if ! dpkg-query -W -f='${Status}' ubuntu-keyring 2>/dev/null | grep -q "install ok installed"; then
+  if LC_ALL=C apt-cache policy ubuntu-keyring 2>/dev/null | grep -q '^ *Candidate: [^(]'; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends ubuntu-keyring >/dev/null
+  else
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" > "$tmp/sources.list"
+    apt_opts=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$tmp/lists"
+              -o "Dir::Cache=$tmp/cache" -o "APT::Sandbox::User=root")
+    if apt-get "${apt_opts[@]}" update -qq >/dev/null 2>&1 \
+        && (cd "$tmp" && apt-get "${apt_opts[@]}" download ubuntu-keyring >/dev/null 2>&1); then
+      $SUDO dpkg -i "$tmp"/ubuntu-keyring_*_all.deb >/dev/null
+    fi
+    rm -rf "$tmp"
+  fi
+  if dpkg-query -W -f='${Status}' ubuntu-keyring 2>/dev/null | grep -q "install ok installed"; then
+    echo "setup_system: installed ubuntu-keyring"
+  else
+    echo "setup_system: WARNING: no ubuntu-keyring: ubuntu:* stand-ins will be Debian 13" >&2
+  fi
+fi
+
 # The engine: runc (this kind of VM has a hybrid cgroup layout), cgroupfs, file
 # events, and default ulimits no higher than this host grants (a container asking
 # for more than the host's hard limit fails to start without CAP_SYS_RESOURCE).

@@ -2,24 +2,42 @@
 
 A task's Dockerfile starts `FROM python:3.13-slim` or `FROM ubuntu:24.04`. With
 no registry reachable, rlpt builds local stand-ins with `mmdebstrap` from the
-Debian archive (which the set-up step can reach on every machine that can
-install Debian packages) and tags them with those names, so `FROM` resolves
-with `--pull=never`. Each stand-in is a Debian minbase with the packages the
-public image has (Python, pip and venv for `python:*`), the host's trusted CA
-certificates (so `RUN pip install` / `apt-get` in a task's Dockerfile reach
-the package registries through whatever TLS proxy the host trusts) and the
-CA environment variables pip, requests, curl, uv and node read.
+Debian archive, or Ubuntu's for `ubuntu:*` (both reachable wherever the set-up
+step can install packages), and tags them with those names, so `FROM` resolves
+with `--pull=never`. Each stand-in is a minbase with the packages the public
+image has (Python, venv and a pip installed by pip for `python:*`; apt and the
+Ubuntu keyring for `ubuntu:*`), plus what every stand-in has (`_COMMON`): the
+host's trusted CA certificates (so `RUN pip install` / `apt-get` in a task's
+Dockerfile reach the package registries through whatever TLS proxy the host
+trusts), the CA environment variables pip, requests, curl, uv and node read,
+bash, curl, procps and tmux, and the apt wrapper of standin_apt.sh.
+
+The apt wrapper (`/usr/local/bin/apt-get`, `apt`): a Dockerfile written for the
+public image pins versions of its archive (`texlive=2023.20240207-1`) or names
+packages a newer release renamed (`libgl1-mesa-glx`). The wrapper relaxes only
+those arguments of `install` (the pin dropped where the archive lacks that
+version, the successor for a renamed package), says so on stderr and in
+APT_LOG inside the image, and runs /usr/bin's apt-get; the build reads the log
+back into the task's marks (`images.Built.warnings`). A wrapper rather than a
+rewritten Dockerfile: the task's files build as published, `RUN` lines that
+call apt from scripts, test.sh and solve.sh are covered too, and the decision
+is made against the archive the build actually sees (`apt-cache madison`).
 
 Stand-ins are not the public images: `python:3.12-slim` gets Debian 13's
-Python 3.13 (no Debian release ships 3.12) and `ubuntu:*` is Debian 13 (the
-Ubuntu archive keys are not in Debian). `python -m environments bases` lists
-what each name stands for. A machine with a registry can pull the real ones
-instead (`Engine(pull="missing")`).
+Python 3.13 (no Debian release ships 3.12). `ubuntu:20.04/22.04/24.04` (and
+their code names, `latest`, Terminal-Bench's `ubuntu-24-04`) are that Ubuntu
+release from archive.ubuntu.com (main, universe; the release, -updates and
+-security suites, as the public image) when the Ubuntu archive key is
+installed (launch/setup_system.sh) and the archive answers; otherwise, and for
+other Ubuntu releases, Debian 13, with the reason on the build's progress
+output and in `python -m environments bases`. A machine with a registry can
+pull the real ones instead (`Engine(pull="missing")`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import platform
@@ -29,11 +47,22 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.request
 import zipfile
 
 from environments.containers.engine import Engine, EngineError
 
 DEBIAN = "http://deb.debian.org/debian"
+UBUNTU = "http://archive.ubuntu.com/ubuntu"
+UBUNTU_SECURITY = "http://security.ubuntu.com/ubuntu"
+UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"  # Debian's ubuntu-keyring package
+# pip as the public python:* images have it (installed by pip, with a RECORD, in
+# /usr/local), so a Dockerfile's `pip install --upgrade pip` can uninstall it.
+PIP_VERSION = "26.3"
+PIP_VERSION_PY39 = "25.3"  # the last pip for Python 3.9
+STANDIN_DIR = "/opt/rlpt-standin"
+APT_LOG = STANDIN_DIR + "/apt-relaxed.log"  # the apt wrapper's changes, one a line
+_APT_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin_apt.sh")
 UV_VERSION = "0.9.5"  # uv when a task names none (its test.sh's installer URL, or an image tag)
 CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "rlpt", "containers")
 _UV_IMAGE = re.compile(r"ghcr\.io/astral-sh/uv:(latest|\d+\.\d+\.\d+)")
@@ -43,18 +72,34 @@ _CA_ENV = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", 
 # What every stand-in has: the public images have these, and verifiers use them.
 _COMMON = ("ca-certificates", "bash", "coreutils", "curl", "procps", "tmux")
 _PYTHON = ("python3", "python3-pip", "python3-venv")
+# What the public ubuntu image has beyond minbase's essential set (mmdebstrap's
+# minbase leaves apt out for Ubuntu's suites): apt and the archive's keys.
+_UBUNTU = ("apt", "gpgv", "ubuntu-keyring")
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    suite: str  # Debian release
+    suite: str  # the distribution's release (code name)
     packages: tuple[str, ...]
     python_links: bool = False  # python -> python3, pip -> pip3, no EXTERNALLY-MANAGED (as python:* images)
     workdir: str = "/"
+    pip: str | None = None  # a pip of this version installed by pip over the distribution's (python:*)
+    distro: str = "debian"  # "ubuntu": from Ubuntu's archive (main, universe; release, -updates, -security)
+    fallback: Recipe | None = None  # built instead where the distribution's archive cannot be used
 
     def key(self) -> str:
-        text = repr((self.suite, sorted(self.packages), self.python_links, self.workdir, _ca_digest()))
+        text = repr((self.distro, self.suite, sorted(self.packages), self.python_links, self.workdir, self.pip,
+                     _ca_digest(), _wrapper_digest()))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        return f"{self.distro.capitalize()} {self.suite}"
+
+
+@functools.cache
+def _wrapper_digest() -> str:
+    with open(_APT_WRAPPER, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def _ca_digest() -> str:
@@ -65,12 +110,16 @@ def _ca_digest() -> str:
         return "none"
 
 
-_PY_BULLSEYE = Recipe("bullseye", _COMMON + _PYTHON, python_links=True)
-_PY_BOOKWORM = Recipe("bookworm", _COMMON + _PYTHON, python_links=True)
-_PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True)
+_PY_BULLSEYE = Recipe("bullseye", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION_PY39)
+_PY_BOOKWORM = Recipe("bookworm", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION)
+_PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION)
 _BULLSEYE = Recipe("bullseye", _COMMON)
 _BOOKWORM = Recipe("bookworm", _COMMON)
 _TRIXIE = Recipe("trixie", _COMMON)
+_UBUNTU_BY_RELEASE = {v: Recipe(code, _COMMON + _UBUNTU, distro="ubuntu", fallback=_TRIXIE)
+                      for v, code in (("20.04", "focal"), ("22.04", "jammy"), ("24.04", "noble"))}
+_UBUNTU_BY_RELEASE.update({r.suite: r for r in list(_UBUNTU_BY_RELEASE.values())})
+_UBUNTU_BY_RELEASE["latest"] = _UBUNTU_BY_RELEASE["noble"]
 
 # python:3.X[.Y][-slim][-<debian>] -> the Debian release whose python3 is 3.X, or
 # the nearest (3.10 -> 3.11, 3.12 and later -> 3.13): the Python version matters
@@ -82,11 +131,11 @@ _PATTERNS = (
     (re.compile(r"docker\.io/library/python:3\.(\d+)(\.\d+)?(-slim)?(-(bullseye|bookworm|trixie))?"),
      lambda m: _PYTHON_BY_MINOR.get(int(m.group(1)))),
     (re.compile(r"docker\.io/library/debian:([a-z]+|\d+)(\.\d+)*(-slim)?"), lambda m: _DEBIAN_BY_RELEASE.get(m.group(1))),
-    # Ubuntu's archive keys are not in Debian: Debian 13 stands in for every Ubuntu release.
-    (re.compile(r"docker\.io/library/ubuntu:(\d\d\.\d\d|[a-z]+)"), lambda m: _TRIXIE),
+    # Ubuntu's LTS releases from Ubuntu's archive; Debian 13 for the others.
+    (re.compile(r"docker\.io/library/ubuntu:(\d\d\.\d\d|[a-z]+)"), lambda m: _UBUNTU_BY_RELEASE.get(m.group(1), _TRIXIE)),
     # Terminal-Bench 1's own base images.
     (re.compile(r"ghcr\.io/laude-institute/t-bench/python-3-13:[\w.-]+"), lambda m: _PY_TRIXIE),
-    (re.compile(r"ghcr\.io/laude-institute/t-bench/ubuntu-24-04:[\w.-]+"), lambda m: _TRIXIE),
+    (re.compile(r"ghcr\.io/laude-institute/t-bench/ubuntu-24-04:[\w.-]+"), lambda m: _UBUNTU_BY_RELEASE["noble"]),
 )
 
 
@@ -163,6 +212,33 @@ def _uv_image(version: str, tag: str, engine: Engine) -> None:
         engine.import_rootfs(tarball, tag, [f"LABEL {RECIPE_LABEL}=uv-{version}", 'ENTRYPOINT ["/uv"]'])
 
 
+def unusable(recipe: Recipe) -> str | None:
+    """Why `recipe`'s archive cannot be used here (its fallback then stands in), or None."""
+    if recipe.distro != "ubuntu":
+        return None
+    return _ubuntu_unusable(recipe.suite)
+
+
+@functools.cache
+def _ubuntu_unusable(suite: str) -> str | None:
+    if not os.path.isfile(UBUNTU_KEYRING):
+        return f"the Ubuntu archive key {UBUNTU_KEYRING} is not installed (launch/setup_system.sh installs ubuntu-keyring)"
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{UBUNTU}/dists/{suite}/InRelease", method="HEAD"), timeout=15).close()
+    except (OSError, ValueError) as e:
+        return f"{UBUNTU} does not answer ({str(e)[:120]})"
+    return None
+
+
+def _sources(recipe: Recipe) -> list[str]:
+    if recipe.distro == "ubuntu":
+        opts = f"[signed-by={UBUNTU_KEYRING}]"
+        return [f"deb {opts} {UBUNTU} {recipe.suite} main universe",
+                f"deb {opts} {UBUNTU} {recipe.suite}-updates main universe",
+                f"deb {opts} {UBUNTU_SECURITY} {recipe.suite}-security main universe"]
+    return [DEBIAN]
+
+
 def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
     if shutil.which("mmdebstrap") is None:
         raise EngineError("mmdebstrap is not installed (launch/setup_system.sh installs it)")
@@ -173,20 +249,46 @@ def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
     if recipe.python_links:
         hooks.append('--customize-hook=chroot "$1" sh -c "rm -f /usr/lib/python3*/EXTERNALLY-MANAGED; '
                      'ln -sf python3 /usr/bin/python; ln -sf pip3 /usr/bin/pip"')
+    if recipe.pip:
+        # From PyPI into /usr/local (Debian's Python installs there), ahead of Debian's pip on sys.path.
+        ca = "/etc/ssl/certs/ca-certificates.crt"
+        hooks.append(f'--customize-hook=chroot "$1" env SSL_CERT_FILE={ca} PIP_CERT={ca} python3 -m pip install '
+                     f'--quiet --no-cache-dir --disable-pip-version-check --ignore-installed pip=={recipe.pip}')
+    hooks += [f"--customize-hook=upload {_APT_WRAPPER} /usr/local/bin/apt-get",
+              f'--customize-hook=chroot "$1" sh -c "chmod 755 /usr/local/bin/apt-get; ln -sf apt-get /usr/local/bin/apt; '
+              f'mkdir -p {STANDIN_DIR}"']
     # Images carry no apt caches; tasks run `apt-get update` first, as with the public images.
     hooks.append('--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin')
     cmd = ["mmdebstrap", "--variant=minbase", "--quiet", f"--include={','.join(recipe.packages)}",
-           *hooks, recipe.suite, tarball, DEBIAN]
+           *hooks, recipe.suite, tarball, *_sources(recipe)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     log.append(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise EngineError(f"mmdebstrap {recipe.suite} failed: {tail[:300]}")
+        raise EngineError(f"mmdebstrap {recipe.describe()} failed: {tail[:300]}")
 
 
-def ensure(names: list[str], engine: Engine | None = None, progress=print) -> dict[str, str]:
+def _build(recipe: Recipe, engine: Engine) -> str:
+    """The local image of `recipe` (built once); returns its tag."""
+    source = f"localhost/rlpt-base:{recipe.suite}-{recipe.key()}"
+    if engine.image_exists(source) and _label(engine, source) == recipe.key():
+        return source
+    with tempfile.TemporaryDirectory(prefix="rlpt_base_image_") as tmp:
+        tarball = os.path.join(tmp, "rootfs.tar")
+        _mmdebstrap(recipe, tarball, [])
+        ca = HOST_CA_BUNDLE if os.path.isfile(HOST_CA_BUNDLE) else "/etc/ssl/certs/ca-certificates.crt"
+        changes = [f"ENV {k}={ca}" for k in _CA_ENV] + [
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            f"LABEL {RECIPE_LABEL}={recipe.key()}", f"WORKDIR {recipe.workdir}", 'CMD ["bash"]']
+        engine.import_rootfs(tarball, source, changes)
+    return source
+
+
+def ensure(names: list[str], engine: Engine | None = None, progress=print, notes: list[str] | None = None) -> dict[str, str]:
     """Makes every public name in `names` that has a recipe resolvable locally,
-    building each recipe once; returns {normalised name: local image id or reason}."""
+    building each recipe once; returns {normalised name: local image id or reason}.
+    A name whose own archive cannot be used gets its recipe's fallback: one line
+    saying so goes to `progress` and to `notes`."""
     engine = engine or Engine()
     out: dict[str, str] = {}
     by_recipe: dict[Recipe, list[str]] = {}
@@ -209,21 +311,43 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print) -> di
             continue
         by_recipe.setdefault(recipe, []).append(norm)
     for recipe, tags in by_recipe.items():
-        source = f"localhost/rlpt-base:{recipe.suite}-{recipe.key()}"
-        if not (engine.image_exists(source) and _label(engine, source) == recipe.key()):
-            progress(f"base image {recipe.suite} ({len(recipe.packages)} packages) for {', '.join(tags)}: building with mmdebstrap")
-            with tempfile.TemporaryDirectory(prefix="rlpt_base_image_") as tmp:
-                tarball = os.path.join(tmp, "rootfs.tar")
-                _mmdebstrap(recipe, tarball, [])
-                ca = HOST_CA_BUNDLE if os.path.isfile(HOST_CA_BUNDLE) else "/etc/ssl/certs/ca-certificates.crt"
-                changes = [f"ENV {k}={ca}" for k in _CA_ENV] + [
-                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    f"LABEL {RECIPE_LABEL}={recipe.key()}", f"WORKDIR {recipe.workdir}", 'CMD ["bash"]']
-                engine.import_rootfs(tarball, source, changes)
+        use, why = recipe, unusable(recipe)
+        if why is None:
+            progress(f"base image {recipe.describe()} ({len(recipe.packages)} packages) for {', '.join(tags)}: building with mmdebstrap")
+            try:
+                source = _build(recipe, engine)
+            except EngineError as e:
+                if recipe.fallback is None:
+                    raise
+                why = str(e)
+        if why is not None:
+            use = recipe.fallback
+            line = f"{', '.join(tags)}: {use.describe()} stands in for {recipe.describe()}: {why}"
+            progress(line)
+            if notes is not None:
+                notes.append(line)
+            source = _build(use, engine)
         engine.tag(source, *tags)
         for t in tags:
             out[t] = t
     return out
+
+
+def table() -> list[tuple[str, str]]:
+    """(public names, what stands in for them here), for `python -m environments bases`."""
+    rows = [("python:3.9*", "Debian bullseye: python3 3.9, venv, pip " + PIP_VERSION_PY39),
+            ("python:3.10*, python:3.11*", "Debian bookworm: python3 3.11, venv, pip " + PIP_VERSION),
+            ("python:3.12* to 3.14*, TB's python-3-13", "Debian trixie: python3 3.13, venv, pip " + PIP_VERSION),
+            ("debian:11, 12, 13 (code names, point releases, -slim)", "that Debian release")]
+    for version, code in (("20.04", "focal"), ("22.04", "jammy"), ("24.04", "noble")):
+        recipe = _UBUNTU_BY_RELEASE[code]
+        why = unusable(recipe)
+        names = f"ubuntu:{version}, ubuntu:{code}" + (", ubuntu:latest, TB's ubuntu-24-04" if code == "noble" else "")
+        rows.append((names, f"Ubuntu {version} {code} from {UBUNTU}" if why is None
+                     else f"{recipe.fallback.describe()} ({why})"))
+    rows += [("other ubuntu:*", _TRIXIE.describe()),
+             ("ghcr.io/astral-sh/uv:<version>", "/uv, /uvx from the PyPI wheel")]
+    return rows
 
 
 def _label(engine: Engine, tag: str) -> str | None:

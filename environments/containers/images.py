@@ -16,6 +16,11 @@ podman, ahead of training and never during an episode:
    `uv pip install`, `uvx ... <tool>` run as `<tool> --version`) run once
    with the network, so that at verification, with no network, they find
    everything installed or cached. The task's files are not edited.
+4. The task's marks: what the stand-ins changed for it (apt pins relaxed,
+   renamed packages mapped, read from the apt wrapper's log in the image; a
+   base that fell back to Debian) are `Built.warnings`, kept in the image's
+   MARKS_LABEL so a cached build reports them too. A marked task is built, not
+   refused.
 
 The image is tagged `localhost/rlpt-task/<name>:<digest>`, the digest covering
 `environment/`, `tests/test.sh`, the base recipes and this module's tool
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -36,10 +42,11 @@ import time
 from environments.containers import bases, compose
 from environments.containers.engine import Engine, EngineError
 
-TOOLS_VERSION = "2"  # bump when the tools layer changes: every task image is rebuilt
+TOOLS_VERSION = "3"  # bump when the tools layer changes: every task image is rebuilt
 DEFAULT_BASE = "python:3.13-slim"
 CACHE_DIR = bases.CACHE_DIR
 WARM_LOG = "/opt/rlpt-tools/warm.log"  # what the tools layer's set-up printed, inside the image
+MARKS_LABEL = "rlpt.marks"  # the image's warnings, a JSON list of one-line strings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +59,7 @@ class Built:
     cached: bool
     error: str | None = None  # one line
     log_path: str | None = None
+    warnings: tuple[str, ...] = ()  # one line each: what the stand-in changed for the task (see bases)
 
 
 def _files(root: str) -> list[str]:
@@ -364,6 +372,36 @@ def _reason(output: str) -> str:
     return (f"{cause[:200]} (at {step[:90]})" if cause else f"a step failed: {step[:200]}")[:300]
 
 
+def _marks(engine: Engine, tag: str) -> tuple[str, ...] | None:
+    """The warnings kept in a task image's label, or None when there is no such image."""
+    proc = engine._call(["image", "inspect", "--format", "{{index .Labels \"" + MARKS_LABEL + "\"}}", tag], 60, check=False)
+    if proc.returncode != 0:
+        return None
+    text = proc.stdout.decode().strip()
+    try:
+        return tuple(str(w) for w in json.loads(text)) if text.startswith("[") else ()
+    except ValueError:
+        return ()
+
+
+def _mark(engine: Engine, tag: str, notes: list[str], timeout_s: float, log_path: str) -> tuple[str, ...]:
+    """Reads the apt wrapper's log from the built image, and keeps it with `notes`
+    in the image's label (a one-instruction layer, only when there is something to keep)."""
+    proc = engine._call(["run", "--rm", "--network=none", "--user=root", "--entrypoint", "cat", tag, bases.APT_LOG],
+                        120, check=False)
+    lines = proc.stdout.decode("utf-8", "replace").splitlines() if proc.returncode == 0 else []
+    marks = tuple(dict.fromkeys([*notes, *(ln.strip() for ln in lines if ln.strip())]))
+    if marks:
+        value = json.dumps(list(marks)).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+        with tempfile.TemporaryDirectory(prefix="rlpt_image_build_") as ctx:
+            with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+                f.write(f'FROM {tag}\nLABEL {MARKS_LABEL}="{value}"\n')
+            ok, out = engine.build(ctx, tag, timeout_s, log_path=log_path + ".marks")
+        if not ok:
+            raise EngineError(f"cannot label the image with its marks: {_reason(out)}")
+    return marks
+
+
 def _build_service(svc: compose.Service, tag: str, engine: Engine, timeout_s: float, log_path: str) -> str | None:
     """Builds a sidecar service's image; returns why it failed, or None."""
     ok, out = engine.build(svc.context, tag, timeout_s, dockerfile=os.path.join(svc.context, svc.dockerfile),
@@ -395,13 +433,15 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
     start = time.monotonic()
     tag = tag_for(name, task_path, solution_packages)
     built = {svc: tag for svc, tag in service_images(name, task_path).items() if tag.startswith("localhost/")}
-    if engine.image_exists(tag) and all(engine.image_exists(t) for t in built.values()):
-        return Built(name, tag, time.monotonic() - start, cached=True)
+    marks = _marks(engine, tag)
+    if marks is not None and all(engine.image_exists(t) for t in built.values()):
+        return Built(name, tag, time.monotonic() - start, cached=True, warnings=marks)
     log_dir = log_dir or os.path.join(CACHE_DIR, "logs")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"{name}.log")
+    notes: list[str] = []
     try:
-        for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None)).items():
+        for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None), notes=notes).items():
             if got != image and engine.pull == "never":
                 return Built(name, None, time.monotonic() - start, False, got, None)
         for svc in sidecars(task_path):
@@ -435,6 +475,7 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
             else:
                 engine.tag(env_tag, tag)
         engine.remove_image(env_tag)  # the task image's layers keep it; only the name goes
-        return Built(name, tag, time.monotonic() - start, cached=False, log_path=log_path)
+        marks = _mark(engine, tag, notes, timeout_s, log_path)
+        return Built(name, tag, time.monotonic() - start, cached=False, log_path=log_path, warnings=marks)
     except EngineError as e:
         return Built(name, None, time.monotonic() - start, False, str(e)[:300], log_path)

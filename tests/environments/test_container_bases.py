@@ -1,0 +1,106 @@
+"""Base-image stand-ins (environments.containers.bases) and the marks a build carries.
+
+The task folders here are of our own making: `FROM ubuntu:24.04` with an apt pin
+no archive has and a package Debian and Ubuntu renamed, and `FROM python:3.13-slim`
+upgrading pip over the stand-in's pip. The tests that build skip without a
+container engine, as the terminal task tests do.
+"""
+
+import os
+import subprocess
+
+import pytest
+
+from environments.containers import bases, engine, images
+
+
+def _write(root, files):
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def podman():
+    why = engine.available()
+    if why is not None:
+        if os.environ.get("RLPT_REQUIRE_CONTAINERS") == "1":
+            pytest.fail(f"containers are required here (RLPT_REQUIRE_CONTAINERS=1): {why}")
+        pytest.skip(f"no container engine: {why}")
+    return engine.Engine()
+
+
+def test_ubuntu_names_have_ubuntu_recipes_with_debian_as_fallback():
+    noble = bases.recipe_for("ubuntu:24.04")
+    assert (noble.distro, noble.suite, noble.fallback.suite) == ("ubuntu", "noble", "trixie")
+    assert bases.recipe_for("ubuntu:noble") == noble == bases.recipe_for("ubuntu") == bases.recipe_for(
+        "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624")
+    assert bases.recipe_for("ubuntu:22.04").suite == bases.recipe_for("ubuntu:jammy").suite == "jammy"
+    assert bases.recipe_for("ubuntu:25.04").distro == "debian"  # not an LTS we build: Debian 13
+    # A new recipe key: stand-ins tagged ubuntu:* by the Debian-only recipe are rebuilt.
+    assert noble.key() != noble.fallback.key() and "apt" in noble.packages and "ubuntu-keyring" in noble.packages
+    assert bases.recipe_for("python:3.9").pip == bases.PIP_VERSION_PY39
+    assert bases.recipe_for("python:3.13-slim").pip == bases.PIP_VERSION
+    assert bases.recipe_for("debian:12").pip is None
+
+
+def test_an_unreachable_ubuntu_archive_falls_back_to_debian_with_one_line(monkeypatch):
+    class Fake:
+        pull = "never"
+        tagged = {}
+
+        def image_exists(self, tag):
+            return False
+
+        def tag(self, source, *tags):
+            self.tagged.update({t: source for t in tags})
+
+    monkeypatch.setattr(bases, "_ubuntu_unusable", lambda suite: "http://archive.ubuntu.com/ubuntu does not answer (timed out)")
+    monkeypatch.setattr(bases, "_build", lambda recipe, eng: f"localhost/rlpt-base:{recipe.suite}")
+    lines, notes = [], []
+    fake = Fake()
+    out = bases.ensure(["ubuntu:24.04"], fake, progress=lines.append, notes=notes)
+    assert out == {"docker.io/library/ubuntu:24.04": "docker.io/library/ubuntu:24.04"}
+    assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:trixie"}
+    assert notes == lines == ["docker.io/library/ubuntu:24.04: Debian trixie stands in for Ubuntu noble: "
+                              "http://archive.ubuntu.com/ubuntu does not answer (timed out)"]
+    assert any("Debian trixie (http://archive.ubuntu.com/ubuntu does not answer" in s for _, s in bases.table())
+
+
+def test_ubuntu_stand_in_relaxes_missing_pins_and_maps_renamed_packages(tmp_path, podman):
+    # ncompress is small and installed for real; libgl1-mesa-glx's successors pull in Mesa
+    # and LLVM, so that install is simulated (-s): the rewrite is the same.
+    docker = ("FROM ubuntu:24.04\n"
+              "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ncompress=0.0-rlpt-none >/dev/null "
+              "&& apt-get install -s -y libgl1-mesa-glx >/dev/null && command -v compress\n")
+    path = _write(tmp_path / "apt-relaxed", {"instruction.md": "x\n", "environment/Dockerfile": docker,
+                                             "tests/test.sh": "true\n"})
+    built = images.build(path, "apt-relaxed", podman, timeout_s=900)
+    assert built.error is None, (built.error, built.log_path)
+    fell_back = [w for w in built.warnings if "stands in for Ubuntu noble" in w]
+    assert [w for w in built.warnings if w not in fell_back] == [
+        "apt-get install: ncompress=0.0-rlpt-none is not in this archive (it has 5.0-1): installing ncompress unpinned"
+        if not fell_back else
+        "apt-get install: ncompress=0.0-rlpt-none is not in this archive (it has 5.0-3): installing ncompress unpinned",
+        "apt-get install: libgl1-mesa-glx is not in this archive: installing its successor(s) libgl1 libglx-mesa0"]
+    release = subprocess.run(["podman", "run", "--rm", "--network=none", built.tag, "cat", "/etc/os-release"],
+                             capture_output=True, text=True).stdout
+    assert ("Debian GNU/Linux 13" if fell_back else 'VERSION_ID="24.04"') in release
+    # A cached build reports the same marks (kept in the image's label).
+    again = images.build(path, "apt-relaxed", podman, timeout_s=900)
+    assert again.cached and again.warnings == built.warnings
+    podman.remove_image(built.tag)
+
+
+def test_pip_upgrades_over_the_python_stand_in(tmp_path, podman):
+    # Debian's python3-pip has no RECORD: reinstalling it would fail with uninstall-no-record-file.
+    docker = (f"FROM python:3.13-slim\nRUN pip --version | grep -q /usr/local/ && "
+              f"pip install -q --disable-pip-version-check --force-reinstall --upgrade pip=={bases.PIP_VERSION}\n")
+    path = _write(tmp_path / "pip-upgrade", {"instruction.md": "x\n", "environment/Dockerfile": docker,
+                                             "tests/test.sh": "true\n"})
+    built = images.build(path, "pip-upgrade", podman, timeout_s=600)
+    assert built.error is None and built.warnings == (), (built.error, built.log_path)
+    podman.remove_image(built.tag)
