@@ -86,6 +86,7 @@ class Recipe:
     pip: str | None = None  # a pip of this version installed by pip over the distribution's (python:*)
     distro: str = "debian"  # "ubuntu": from Ubuntu's archive (main, universe; release, -updates, -security)
     fallback: Recipe | None = None  # built instead where the distribution's archive cannot be used
+    pythons: tuple[str, ...] = ()  # the python3.X its archive has (checked for Ubuntu releases only)
 
     def key(self) -> str:
         text = repr((self.distro, self.suite, sorted(self.packages), self.python_links, self.workdir, self.pip,
@@ -116,8 +117,11 @@ _PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True, pip=PIP_VERS
 _BULLSEYE = Recipe("bullseye", _COMMON)
 _BOOKWORM = Recipe("bookworm", _COMMON)
 _TRIXIE = Recipe("trixie", _COMMON)
-_UBUNTU_BY_RELEASE = {v: Recipe(code, _COMMON + _UBUNTU, distro="ubuntu", fallback=_TRIXIE)
-                      for v, code in (("20.04", "focal"), ("22.04", "jammy"), ("24.04", "noble"))}
+# Each release's python3.X (main and universe): a verifier that asks uv for another
+# would need uv's own CPython builds, which come from GitHub (not reachable here).
+_UBUNTU_BY_RELEASE = {v: Recipe(code, _COMMON + _UBUNTU, distro="ubuntu", fallback=_TRIXIE, pythons=pythons)
+                      for v, code, pythons in (("20.04", "focal", ("3.8", "3.9")), ("22.04", "jammy", ("3.10", "3.11")),
+                                               ("24.04", "noble", ("3.12",)))}
 _UBUNTU_BY_RELEASE.update({r.suite: r for r in list(_UBUNTU_BY_RELEASE.values())})
 _UBUNTU_BY_RELEASE["latest"] = _UBUNTU_BY_RELEASE["noble"]
 
@@ -212,10 +216,15 @@ def _uv_image(version: str, tag: str, engine: Engine) -> None:
         engine.import_rootfs(tarball, tag, [f"LABEL {RECIPE_LABEL}=uv-{version}", 'ENTRYPOINT ["/uv"]'])
 
 
-def unusable(recipe: Recipe) -> str | None:
-    """Why `recipe`'s archive cannot be used here (its fallback then stands in), or None."""
+def unusable(recipe: Recipe, pythons: tuple[str, ...] = ()) -> str | None:
+    """Why `recipe` cannot stand in here for a task whose tests ask uv for `pythons`
+    (its fallback then does), or None."""
     if recipe.distro != "ubuntu":
         return None
+    missing = [v for v in pythons if recipe.pythons and v not in recipe.pythons]
+    if missing:
+        return (f"the tests ask uv for Python {', '.join(missing)}, which {recipe.describe()}'s archive lacks "
+                f"(uv's own CPython builds come from GitHub)")
     return _ubuntu_unusable(recipe.suite)
 
 
@@ -284,14 +293,17 @@ def _build(recipe: Recipe, engine: Engine) -> str:
     return source
 
 
-def ensure(names: list[str], engine: Engine | None = None, progress=print, notes: list[str] | None = None) -> dict[str, str]:
+def ensure(names: list[str], engine: Engine | None = None, progress=print, notes: list[str] | None = None,
+           pythons: tuple[str, ...] = ()) -> dict[str, str]:
     """Makes every public name in `names` that has a recipe resolvable locally,
     building each recipe once; returns {normalised name: local image id or reason}.
-    A name whose own archive cannot be used gets its recipe's fallback: one line
-    saying so goes to `progress` and to `notes`."""
+    `pythons`: the Python versions (`3.13`) the task's tests ask uv for. A name whose
+    own archive cannot be used, or lacks one of `pythons`, gets its recipe's
+    fallback: one line saying so goes to `progress` and to `notes`. The public name
+    is tagged to what this task needs each time (builds run one at a time)."""
     engine = engine or Engine()
     out: dict[str, str] = {}
-    by_recipe: dict[Recipe, list[str]] = {}
+    by_recipe: dict[tuple[Recipe, Recipe, str | None], list[str]] = {}
     for name in names:
         norm = normalise(name)
         recipe = recipe_for(norm)
@@ -306,12 +318,15 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
         if recipe is None:
             out[norm] = f"no local stand-in for base image {name!r} (known: python:3.9-3.14, debian:11-13, ubuntu:*, Terminal-Bench's bases, ghcr.io/astral-sh/uv)"
             continue
-        if engine.image_exists(norm) and _label(engine, norm) == recipe.key():
+        why = unusable(recipe, pythons)
+        use = recipe if why is None else recipe.fallback
+        if engine.image_exists(norm) and _label(engine, norm) == use.key():
             out[norm] = norm
+            if why is not None:
+                _note(f"{norm}: {use.describe()} stands in for {recipe.describe()}: {why}", progress, notes)
             continue
-        by_recipe.setdefault(recipe, []).append(norm)
-    for recipe, tags in by_recipe.items():
-        use, why = recipe, unusable(recipe)
+        by_recipe.setdefault((recipe, use, why), []).append(norm)
+    for (recipe, use, why), tags in by_recipe.items():
         if why is None:
             progress(f"base image {recipe.describe()} ({len(recipe.packages)} packages) for {', '.join(tags)}: building with mmdebstrap")
             try:
@@ -319,18 +334,20 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
             except EngineError as e:
                 if recipe.fallback is None:
                     raise
-                why = str(e)
+                use, why = recipe.fallback, str(e)
         if why is not None:
-            use = recipe.fallback
-            line = f"{', '.join(tags)}: {use.describe()} stands in for {recipe.describe()}: {why}"
-            progress(line)
-            if notes is not None:
-                notes.append(line)
+            _note(f"{', '.join(tags)}: {use.describe()} stands in for {recipe.describe()}: {why}", progress, notes)
             source = _build(use, engine)
         engine.tag(source, *tags)
         for t in tags:
             out[t] = t
     return out
+
+
+def _note(line: str, progress, notes: list[str] | None) -> None:
+    progress(line)
+    if notes is not None:
+        notes.append(line)
 
 
 def table() -> list[tuple[str, str]]:

@@ -236,6 +236,12 @@ def _uvx_warm(words: list[str]) -> list[str] | None:
     return None
 
 
+def tests_pythons(test_sh: str) -> tuple[str, ...]:
+    """The Python versions (`3.13`) a test script asks uv for (`uvx -p 3.13`, `--python=3.12`)."""
+    joined = re.sub(r"\\\s*\n", " ", test_sh)
+    return tuple(sorted({m.group(2) for m in re.finditer(r"(?:^|\s)(-p|--python)[ =](3\.\d+)\b", joined)}))
+
+
 def warm_script(test_sh: str) -> str:
     """The set-up commands of a test script, to run once at build time with the network."""
     joined = re.sub(r"\\\s*\n", " ", test_sh)
@@ -278,7 +284,7 @@ def warm_script(test_sh: str) -> str:
                 cmd = words
             if cmd:
                 lines.append(" ".join(shlex.quote(w) if not w.startswith("$") else w for w in cmd))
-    versions = sorted({m.group(2) for m in re.finditer(r"(?:^|\s)(-p|--python)[ =](3\.\d+)\b", joined)})
+    versions = tests_pythons(test_sh)
     if lines and any(ln.split()[0] in ("uv", "uvx") for ln in lines):
         # uv would download a managed CPython from GitHub; the distribution's Python stands in for it.
         wanted = " ".join(f"python{v} python{v}-venv" for v in versions) or "python3 python3-venv"
@@ -441,7 +447,8 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
     log_path = os.path.join(log_dir, f"{name}.log")
     notes: list[str] = []
     try:
-        for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None), notes=notes).items():
+        for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None), notes=notes,
+                                        pythons=tests_pythons(test_script(task_path))).items():
             if got != image and engine.pull == "never":
                 return Built(name, None, time.monotonic() - start, False, got, None)
         for svc in sidecars(task_path):

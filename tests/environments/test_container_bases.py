@@ -70,6 +70,38 @@ def test_an_unreachable_ubuntu_archive_falls_back_to_debian_with_one_line(monkey
     assert any("Debian trixie (http://archive.ubuntu.com/ubuntu does not answer" in s for _, s in bases.table())
 
 
+def test_tests_asking_uv_for_a_python_the_ubuntu_release_lacks_get_the_fallback(monkeypatch):
+    class Fake:
+        pull = "never"
+
+        def __init__(self):
+            self.tagged = {}
+
+        def image_exists(self, tag):
+            return False
+
+        def tag(self, source, *tags):
+            self.tagged.update({t: source for t in tags})
+
+    monkeypatch.setattr(bases, "_ubuntu_unusable", lambda suite: None)
+    monkeypatch.setattr(bases, "_build", lambda recipe, eng: f"localhost/rlpt-base:{recipe.suite}")
+    test_sh = "curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh\nuvx \\\n  -p 3.13 \\\n  -w pytest==8.4.1 pytest /tests\n"
+    assert images.tests_pythons(test_sh) == ("3.13",)
+    assert images.tests_pythons("uv run --python=3.12 --with pytest pytest") == ("3.12",)
+    lines, notes = [], []
+    fake = Fake()
+    bases.ensure(["ubuntu:24.04"], fake, progress=lines.append, notes=notes, pythons=images.tests_pythons(test_sh))
+    assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:trixie"}
+    assert notes == ["docker.io/library/ubuntu:24.04: Debian trixie stands in for Ubuntu noble: the tests ask uv "
+                     "for Python 3.13, which Ubuntu noble's archive lacks (uv's own CPython builds come from GitHub)"]
+    # The release's own Python, or none asked for: Ubuntu itself; a Debian base is never checked.
+    for pythons in [("3.12",), ()]:
+        fake, notes = Fake(), []
+        bases.ensure(["ubuntu:24.04"], fake, progress=lambda s: None, notes=notes, pythons=pythons)
+        assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:noble"} and notes == []
+    assert bases.unusable(bases.recipe_for("python:3.12-slim"), ("3.9",)) is None
+
+
 def test_ubuntu_stand_in_relaxes_missing_pins_and_maps_renamed_packages(tmp_path, podman):
     # ncompress is small and installed for real; libgl1-mesa-glx's successors pull in Mesa
     # and LLVM, so that install is simulated (-s): the rewrite is the same.
