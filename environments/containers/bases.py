@@ -221,11 +221,17 @@ def unusable(recipe: Recipe, pythons: tuple[str, ...] = ()) -> str | None:
     (its fallback then does), or None."""
     if recipe.distro != "ubuntu":
         return None
-    missing = [v for v in pythons if recipe.pythons and v not in recipe.pythons]
+    return lacks(recipe, pythons) or _ubuntu_unusable(recipe.suite)
+
+
+def lacks(recipe: Recipe, pythons: tuple[str, ...]) -> str | None:
+    """Why `recipe` cannot serve tests that ask uv for `pythons`, or None (no network
+    is asked: task image digests use it)."""
+    missing = [v for v in pythons if recipe.distro == "ubuntu" and recipe.pythons and v not in recipe.pythons]
     if missing:
         return (f"the tests ask uv for Python {', '.join(missing)}, which {recipe.describe()}'s archive lacks "
                 f"(uv's own CPython builds come from GitHub)")
-    return _ubuntu_unusable(recipe.suite)
+    return None
 
 
 @functools.cache

@@ -115,8 +115,11 @@ def digest(task_path: str, solution_packages: bool = False) -> str:
     test_sh = test_script(task_path)
     if test_sh:
         h.update(b"test.sh\0" + test_sh.encode())
+    pythons = tests_pythons(test_sh or "")
     for name in base_images(task_path):
         recipe = bases.recipe_for(name)
+        if recipe is not None and recipe.fallback is not None and bases.lacks(recipe, pythons):
+            recipe = recipe.fallback
         h.update(f"base {bases.normalise(name)} {recipe.key() if recipe else bases.known(name)}\n".encode())
     return h.hexdigest()[:16]
 
@@ -448,7 +451,7 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
     notes: list[str] = []
     try:
         for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None), notes=notes,
-                                        pythons=tests_pythons(test_script(task_path))).items():
+                                        pythons=tests_pythons(test_script(task_path) or "")).items():
             if got != image and engine.pull == "never":
                 return Built(name, None, time.monotonic() - start, False, got, None)
         for svc in sidecars(task_path):

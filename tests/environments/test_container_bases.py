@@ -102,6 +102,17 @@ def test_tests_asking_uv_for_a_python_the_ubuntu_release_lacks_get_the_fallback(
     assert bases.unusable(bases.recipe_for("python:3.12-slim"), ("3.9",)) is None
 
 
+def test_task_image_digest_follows_the_base_the_tests_need(tmp_path):
+    def digest(version):
+        root = _write(tmp_path / version, {"environment/Dockerfile": "FROM ubuntu:24.04\n",
+                                           "tests/test.sh": f"uvx -p {version} -w pytest pytest /tests\n"})
+        return images.digest(root)
+
+    assert digest("3.13") != digest("3.12")
+    noble = bases.recipe_for("ubuntu:24.04")
+    assert bases.lacks(noble, ("3.13",)) and bases.lacks(noble, ("3.12",)) is None
+
+
 def test_ubuntu_stand_in_relaxes_missing_pins_and_maps_renamed_packages(tmp_path, podman):
     # ncompress is small and installed for real; libgl1-mesa-glx's successors pull in Mesa
     # and LLVM, so that install is simulated (-s): the rewrite is the same.
