@@ -10,7 +10,6 @@ loopback server of the test's own included.
 import os
 import socket
 import socketserver
-import subprocess
 import threading
 import time
 import http.server
