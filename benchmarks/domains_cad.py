@@ -4,7 +4,8 @@
 
 CAD part (`cad_rows`): for each generated `rlpt/cad-*` domain (parts and
 assemblies), `--tasks` tasks (seeds 0..n-1); each task's reference script and
-a wrong one (its first cylinder 0.5 mm wider in radius) are graded through the
+a wrong one (its first cylinder 0.5 mm wider in radius; for the plank
+overhang, plank 3 alone past plank 2 by the goal, so it tips) are graded through the
 whole ladder (kernel
 worker in the sandbox, host mesh checks, IoU, surface distance), from
 `--threads` threads at once on the process's kernel pool. With `--cadprompt`,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import re
 import sys
 import time
 from typing import Callable
@@ -62,6 +64,18 @@ def _row(domain: str, jobs: list[tuple[str, Callable[[], object]]], threads: int
     }
 
 
+def _wrong(problem) -> str:
+    """The wrong answer: the reference with its first cylinder 0.5 mm wider in
+    radius; for the overhang stack, plank 2 flush on plank 1 and plank 3 out
+    past it by the whole goal (it tips: its centre is past plank 2's end)."""
+    script = getattr(problem.hidden, "script", problem.hidden)
+    goal = getattr(problem.hidden, "overhang_mm", None)
+    if goal is None:
+        return script.replace("Cylinder(", "Cylinder(0.5 + ", 1)
+    xs = iter(("0", f"{goal:g}"))
+    return re.sub(r"Pos\([^,]+,", lambda _: f"Pos({next(xs)},", script)
+
+
 def cad_rows(tasks: int = 8, threads: int = 2, cadprompt_root: str | None = None) -> list[dict]:
     """One row per generated CAD domain (and CADPrompt when its folder is given)."""
     from environments.cad import cadprompt, geometry, runner
@@ -76,7 +90,7 @@ def cad_rows(tasks: int = 8, threads: int = 2, cadprompt_root: str | None = None
         problems = [domain.sample(np.random.default_rng(seed)) for seed in range(tasks)]
         jobs = []
         for p in problems:
-            wrong = p.hidden.replace("Cylinder(", "Cylinder(0.5 + ", 1)
+            wrong = _wrong(p)
             jobs += [("reference", lambda d=domain, p=p: d.grade(p, p.demonstration)), ("wrong", lambda d=domain, p=p, w=wrong: d.grade(p, w))]
         rows.append(_row(spec.id, jobs, threads))
     if cadprompt_root:

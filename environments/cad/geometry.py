@@ -133,3 +133,9 @@ def silhouette_diff(candidate: Solid, reference: Solid, size: int = 24) -> dict[
         c, r = silhouette(candidate, view, lo, hi, size), silhouette(reference, view, lo, hi, size)
         out[view] = (int((c & ~r).sum()), int((r & ~c).sum()))
     return out
+
+
+def translated(s: Solid, offset: np.ndarray) -> Solid:
+    """The same solid moved by `offset` (mm)."""
+    offset = np.asarray(offset, dtype=np.float64)
+    return Solid(s.vertices + offset, s.faces, s.manifold.translate(offset.tolist()))

@@ -176,14 +176,15 @@ def test_assembly_interference_is_a_fail_and_the_reference_passes():
     from environments.families import cad_assembly
 
     env = gymnasium.make("rlpt/cad-assembly-stack-hard-v0").unwrapped
-    _, info = env.reset(seed=0)
-    reference = info["demonstration"]
-    assert cad_assembly.grade_assembly(reference, reference).verdict is Verdict.PASS
-    fat = cad_assembly.grade_assembly(reference.replace("pin = Cylinder(", "pin = Cylinder(0.75 + "), reference)
+    env.reset(seed=0)
+    task = env.task.hidden
+    reference = task.script
+    assert cad_assembly.grade_assembly(reference, task).verdict is Verdict.PASS
+    fat = cad_assembly.grade_assembly(reference.replace("pin = Cylinder(", "pin = Cylinder(0.75 + "), task)
     assert fat.verdict is Verdict.FAIL and fat.reward == 0.0 and "parts 1 and 3 interpenetrate" in fat.feedback
-    missing = cad_assembly.grade_assembly(reference.replace("result = [plate, washer, pin]", "result = [plate, pin]"), reference)
+    missing = cad_assembly.grade_assembly(reference.replace("result = [plate, washer, pin]", "result = [plate, pin]"), task)
     assert missing.verdict is Verdict.FAIL and "2 parts; expected 3" in missing.feedback
-    one = cad_assembly.grade_assembly(reference.replace("result = [plate, washer, pin]", "result = plate"), reference)
+    one = cad_assembly.grade_assembly(reference.replace("result = [plate, washer, pin]", "result = plate"), task)
     assert one.verdict is Verdict.MALFORMED and "must be a list" in one.feedback
 
 

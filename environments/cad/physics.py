@@ -1,0 +1,181 @@
+"""Does an assembly stand? Rigid parts on a ground plane, simulated by MuJoCo.
+
+MuJoCo collides convex shapes: a mesh geom is its convex hull, so a block with
+a hole is a solid block to it, and a pin in that hole is a deep collision. Each
+part is therefore cut into convex pieces first (`convex_pieces`): a piece whose
+hull sticks out of it by more than `HULL_MM` anywhere is cut in two, by an
+axis plane through the middle of its deepest hull gap, across the axes along
+which that gap does not span the piece (cutting along a hole's axis would
+leave the hole), until every piece's hull is within `HULL_MM` of it. The cuts
+are exact (manifold3d), and the depth is the largest distance from points on
+each gap's surface to the piece (trimesh). A block with a 0.5 mm clearance hole
+becomes 12-24 pieces in about 0.1 s whose hulls do not touch the pin (CoACD
+at its defaults: 4 pieces, 1.1 s, hulls across the hole).
+
+`settle` drops nothing and pushes nothing: the parts start where the script
+put them, under gravity (steel, 7.85 g/cm3; friction 0.8), for `seconds`, and
+each part's motion is the largest displacement of its bounding-box corners.
+An assembly stands when no part moves more than a tolerance. Contacts are
+made stiff (time constant 2 ms, time step 0.5 ms) so a part resting on
+another sinks by well under 0.05 mm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+
+import manifold3d
+import mujoco
+import numpy as np
+import trimesh
+
+from environments.cad.geometry import Solid
+
+HULL_MM = 0.1
+MAX_PIECES = 96
+GROUND_MM = 0.05       # a part may start this far below z = 0 (tessellation)
+DENSITY = 7850.0       # kg/m3
+FRICTION = 0.8
+TIMESTEP_S = 5e-4
+SOLREF = (0.002, 1.0)  # contact time constant (s) and damping ratio
+_GAP_SAMPLES = 64
+_SLIVER_MM3 = 1e-3     # a cut's crumbs are dropped: under MuJoCo's smallest mesh volume
+_MM = 1e-3             # the simulation runs in metres
+
+
+class TooComplex(ValueError):
+    """A part needs more than MAX_PIECES convex pieces (the model's design)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Motion:
+    """How far each part moved (mm, largest bounding-box corner displacement)
+    over the simulated time, and the convex pieces each was simulated as."""
+
+    moved_mm: tuple[float, ...]
+    pieces: tuple[int, ...]
+
+
+def _trimesh(m: manifold3d.Manifold) -> trimesh.Trimesh:
+    mesh = m.to_mesh()
+    return trimesh.Trimesh(np.asarray(mesh.vert_properties)[:, :3], np.asarray(mesh.tri_verts), process=False)
+
+
+def _deepest_gap(piece: manifold3d.Manifold) -> tuple[float, manifold3d.Manifold | None]:
+    """(how far the piece's hull sticks out of it, mm; the gap where it does)."""
+    gap = piece.hull() - piece
+    if gap.is_empty() or gap.volume() < 1e-9:
+        return 0.0, None
+    surface = _trimesh(piece)
+    deepest: tuple[float, manifold3d.Manifold | None] = (0.0, None)
+    for component in gap.decompose():
+        if component.volume() < 1e-9:
+            continue
+        points, _ = trimesh.sample.sample_surface(_trimesh(component), _GAP_SAMPLES, seed=0)
+        _, distance, _ = trimesh.proximity.closest_point(surface, points)
+        depth = float(distance.max())
+        if depth > deepest[0]:
+            deepest = (depth, component)
+    return deepest
+
+
+def convex_pieces(solid: manifold3d.Manifold, hull_mm: float = HULL_MM,
+                  max_pieces: int = MAX_PIECES) -> list[np.ndarray]:
+    """Vertices (mm, Vx3) of convex pieces whose union is the solid to within
+    `hull_mm`; TooComplex past `max_pieces`."""
+    todo, done = [solid], []
+    while todo:
+        piece = todo.pop()
+        depth, gap = _deepest_gap(piece)
+        if depth <= hull_mm:
+            done.append(piece)
+            continue
+        if len(done) + len(todo) + 2 > max_pieces:
+            raise TooComplex(f"a part needs more than {max_pieces} convex pieces to simulate")
+        g_lo, g_hi = np.split(np.asarray(gap.bounding_box()), 2)
+        p_lo, p_hi = np.split(np.asarray(piece.bounding_box()), 2)
+        extent = np.where(g_hi - g_lo >= p_hi - p_lo - 1e-6, -1.0, g_hi - g_lo)
+        axis = int(np.argmax(extent))
+        if extent[axis] <= 0:  # the gap spans the piece every way: cut it in the middle of its longest side
+            axis = int(np.argmax(p_hi - p_lo))
+        normal = [0.0, 0.0, 0.0]
+        normal[axis] = 1.0
+        for half in piece.split_by_plane(normal, float((g_lo[axis] + g_hi[axis]) / 2)):
+            todo.extend(c for c in half.decompose() if c.volume() > _SLIVER_MM3)
+    return [np.asarray(p.hull().to_mesh().vert_properties)[:, :3].astype(np.float64) for p in done]
+
+
+@functools.lru_cache(maxsize=512)
+def _pieces_cached(key: bytes, vertices: bytes, faces: bytes) -> tuple[np.ndarray, ...]:
+    del key
+    v = np.frombuffer(vertices, dtype=np.float64).reshape(-1, 3)
+    f = np.frombuffer(faces, dtype=np.int64).reshape(-1, 3)
+    mesh = manifold3d.Mesh(vert_properties=v.astype(np.float32), tri_verts=f.astype(np.uint32))
+    return tuple(convex_pieces(manifold3d.Manifold(mesh)))
+
+
+def pieces_of(solid: Solid) -> tuple[np.ndarray, ...]:
+    """convex_pieces of a checked solid, cached on its mesh (a reference part,
+    or a candidate that repeats one, is cut once per process)."""
+    v = np.ascontiguousarray(solid.vertices, dtype=np.float64).tobytes()
+    f = np.ascontiguousarray(solid.faces, dtype=np.int64).tobytes()
+    return _pieces_cached(hashlib.sha256(v + f).digest(), v, f)
+
+
+def _model(parts: list[tuple[np.ndarray, ...]]) -> mujoco.MjModel:
+    spec = mujoco.MjSpec()
+    spec.option.timestep = TIMESTEP_S
+    spec.option.gravity = [0.0, 0.0, -9.81]
+    spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+    ground = spec.worldbody.add_geom()
+    ground.type = mujoco.mjtGeom.mjGEOM_PLANE
+    ground.size = [0.0, 0.0, 1.0]
+    ground.friction = [FRICTION, 0.005, 0.0001]
+    ground.solref = list(SOLREF)
+    for k, pieces in enumerate(parts):
+        body = spec.worldbody.add_body()
+        body.name = f"part{k}"
+        body.add_freejoint()
+        for j, vertices in enumerate(pieces):
+            mesh = spec.add_mesh()
+            mesh.name = f"part{k}_piece{j}"
+            mesh.uservert = (vertices * _MM).ravel().tolist()
+            geom = body.add_geom()
+            geom.type = mujoco.mjtGeom.mjGEOM_MESH
+            geom.meshname = mesh.name
+            geom.density = DENSITY
+            geom.friction = [FRICTION, 0.005, 0.0001]
+            geom.solref = list(SOLREF)
+    return spec.compile()
+
+
+def settle(solids: list[Solid], seconds: float = 1.0) -> Motion:
+    """Simulate the parts where they are, on the ground plane z = 0, for
+    `seconds`; ValueError if a part starts below the ground, TooComplex if a
+    part cannot be cut into few enough convex pieces."""
+    for k, s in enumerate(solids, 1):
+        low = float(s.vertices[:, 2].min())
+        if low < -GROUND_MM:
+            raise ValueError(f"part {k} starts {-low:.2f} mm below the ground (z = 0)")
+    parts = [pieces_of(s) for s in solids]
+    model = _model(parts)
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    bodies = [model.body(f"part{k}").id for k in range(len(solids))]
+    corners = []
+    for k, s in enumerate(solids):
+        lo, hi = s.vertices.min(0) * _MM, s.vertices.max(0) * _MM
+        box = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])])
+        # Corners in the body's frame (bodies start at the origin, unrotated, but
+        # MuJoCo may place a body's frame elsewhere: use the compiled pose).
+        start_pos, start_mat = data.xpos[bodies[k]].copy(), data.xmat[bodies[k]].reshape(3, 3).copy()
+        corners.append(((box - start_pos) @ start_mat, box))
+    for _ in range(int(round(seconds / TIMESTEP_S))):
+        mujoco.mj_step(model, data)
+    moved = []
+    for k, (local, start) in enumerate(corners):
+        now = local @ data.xmat[bodies[k]].reshape(3, 3).T + data.xpos[bodies[k]]
+        moved.append(float(np.linalg.norm(now - start, axis=1).max()) / _MM)
+    return Motion(tuple(moved), tuple(len(p) for p in parts))
