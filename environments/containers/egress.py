@@ -68,9 +68,11 @@ def check_policy(value: object, where: str) -> str:
 
 def proxy_env(port: int = PROXY_PORT, local: tuple[str, ...] = ()) -> dict[str, str]:
     """The variables that point a container's tools at its proxy; `local` names (sidecar
-    services on the shared loopback) and loopback itself are reached directly."""
+    services on the shared loopback) and the container itself (loopback, and 0.0.0.0,
+    which a client on Linux reaches as this host: a server bound there is asked for
+    as http://0.0.0.0:PORT) are reached directly."""
     url = f"http://127.0.0.1:{port}"
-    no_proxy = ",".join(("localhost", "127.0.0.1", "::1", *local))
+    no_proxy = ",".join(("localhost", "127.0.0.1", "::1", "0.0.0.0", *local))
     return {"http_proxy": url, "https_proxy": url, "HTTP_PROXY": url, "HTTPS_PROXY": url,
             "no_proxy": no_proxy, "NO_PROXY": no_proxy, "npm_config_proxy": url, "npm_config_https_proxy": url}
 

@@ -13,6 +13,7 @@ import socketserver
 import threading
 import time
 import http.server
+import urllib.request
 
 import gymnasium
 import pytest
@@ -99,6 +100,14 @@ def test_a_wrong_network_in_task_toml_is_refused_naming_it(tmp_path, toml, error
 
 
 # ------------------------------------------------------------------ the proxy alone
+
+
+def test_the_container_itself_and_its_services_are_reached_without_the_proxy():
+    # urllib's own no_proxy matching (what pip's requests does too) is the reference.
+    no = egress.proxy_env(local=("db",))["no_proxy"]
+    for host in ("localhost", "127.0.0.1", "0.0.0.0", "db"):  # 0.0.0.0: a server bound there, asked for by that name
+        assert urllib.request.proxy_bypass_environment(host, proxies={"no": no}), host
+    assert not urllib.request.proxy_bypass_environment("pypi.org", proxies={"no": no})
 
 
 def test_requests_are_parsed_for_connect_and_absolute_urls():
