@@ -283,8 +283,8 @@ def warm_script(test_sh: str) -> str:
                 opts = [w for i, w in enumerate(words[2:], 2)
                         if w in ("--with", "-p", "--python") or words[i - 1] in ("--with", "-p", "--python")]
                 cmd = ["uv", "run", *opts, "python3", "-c", "pass"]
-            elif head in ("source", ".") and len(words) == 2 and words[1].endswith(".local/bin/env"):
-                cmd = words
+            elif head in ("source", ".") and len(words) == 2 and words[1].endswith((".local/bin/env", "/bin/activate")):
+                cmd = words  # uv's env file; a venv the script made (`uv venv .tb`), for the `uv pip install` after it
             if cmd:
                 lines.append(" ".join(shlex.quote(w) if not w.startswith("$") else w for w in cmd))
     versions = tests_pythons(test_sh)

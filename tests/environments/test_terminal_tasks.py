@@ -550,6 +550,10 @@ def test_the_warm_up_runs_a_test_script_s_installs_not_its_tests():
     assert "astral.sh" not in warm and "/tests/test_outputs.py" not in warm and "python -m pytest /tests" not in warm
     assert "command -v python3.13" in warm  # the Python uvx asks for, from the distribution when absent
     assert images.warm_script("test -f /app/x\n").count("\n") == 2  # nothing to bake in
+    # A venv the script makes and activates: its installs go into that venv (uv refuses them outside one).
+    venv = images.warm_script("uv venv -p 3.12 .tb\nsource .tb/bin/activate\nuv pip install pytest==8.4.1\nuv run pytest /tests\n")
+    order = [venv.index(s) for s in ("; uv venv -p 3.12 .tb", "; source .tb/bin/activate", "; uv pip install pytest==8.4.1")]
+    assert order == sorted(order) and "uv run pytest" not in venv
     assert not images.needs_tools(os.path.join(terminal_tasks.DATA_ROOT, "hello-file"))
 
 
