@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import time
 
 import manifold3d
 import mujoco
@@ -35,6 +36,7 @@ from environments.cad.geometry import Solid
 
 HULL_MM = 0.1
 MAX_PIECES = 96
+MAX_CUT_S = 10.0        # CPU seconds to cut one part, past which it is refused as too complex
 GROUND_MM = 0.05       # a part may start this far below z = 0 (tessellation)
 DENSITY = 7850.0       # kg/m3
 FRICTION = 0.8
@@ -82,11 +84,15 @@ def _deepest_gap(piece: manifold3d.Manifold) -> tuple[float, manifold3d.Manifold
 
 
 def convex_pieces(solid: manifold3d.Manifold, hull_mm: float = HULL_MM,
-                  max_pieces: int = MAX_PIECES) -> list[np.ndarray]:
+                  max_pieces: int = MAX_PIECES, max_s: float = MAX_CUT_S) -> list[np.ndarray]:
     """Vertices (mm, Vx3) of convex pieces whose union is the solid to within
-    `hull_mm`; TooComplex past `max_pieces`."""
+    `hull_mm`; TooComplex past `max_pieces` or `max_s` CPU seconds."""
     todo, done = [solid], []
+    deadline = time.process_time() + max_s
     while todo:
+        if time.process_time() > deadline:
+            raise TooComplex(f"cutting a part into convex pieces took more than {max_s:g} CPU s "
+                             f"({len(done)} pieces so far)")
         piece = todo.pop()
         depth, gap = _deepest_gap(piece)
         if depth <= hull_mm:

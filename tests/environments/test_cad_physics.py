@@ -68,8 +68,10 @@ def test_a_part_too_intricate_to_cut_is_refused():
     comb = manifold3d.Manifold.cube([100, 10, 10])
     for k in range(60):  # 60 slots: far more pieces than allowed
         comb = comb - manifold3d.Manifold.cube([0.8, 6, 12]).translate([1 + k * 1.6, 2, -1])
-    with pytest.raises(physics.TooComplex, match="convex pieces"):
+    with pytest.raises(physics.TooComplex, match="more than 16 convex pieces"):
         physics.convex_pieces(comb, max_pieces=16)
+    with pytest.raises(physics.TooComplex, match="took more than 0.05 CPU s"):
+        physics.convex_pieces(comb, max_s=0.05)
 
 
 def test_a_resting_box_stays_and_a_raised_one_falls_its_height():
