@@ -86,7 +86,7 @@ class Recipe:
     pip: str | None = None  # a pip of this version installed by pip over the distribution's (python:*)
     distro: str = "debian"  # "ubuntu": from Ubuntu's archive (main, universe; release, -updates, -security)
     fallback: Recipe | None = None  # built instead where the distribution's archive cannot be used
-    pythons: tuple[str, ...] = ()  # the python3.X its archive has (checked for Ubuntu releases only)
+    pythons: tuple[str, ...] = ()  # the python3.X its archive has
 
     def key(self) -> str:
         text = repr((self.distro, self.suite, sorted(self.packages), self.python_links, self.workdir, self.pip,
@@ -94,7 +94,8 @@ class Recipe:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
-        return f"{self.distro.capitalize()} {self.suite}"
+        python = f" (python3 is {self.pythons[0]})" if self.python_links and self.pythons else ""
+        return f"{self.distro.capitalize()} {self.suite}{python}"
 
 
 @functools.cache
@@ -111,14 +112,18 @@ def _ca_digest() -> str:
         return "none"
 
 
-_PY_BULLSEYE = Recipe("bullseye", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION_PY39)
-_PY_BOOKWORM = Recipe("bookworm", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION)
-_PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION)
-_BULLSEYE = Recipe("bullseye", _COMMON)
-_BOOKWORM = Recipe("bookworm", _COMMON)
-_TRIXIE = Recipe("trixie", _COMMON)
-# Each release's python3.X (main and universe): a verifier that asks uv for another
-# would need uv's own CPython builds, which come from GitHub (not reachable here).
+# Each release's python3.X (Debian main; Ubuntu main and universe): a verifier that
+# asks uv for another would need uv's own CPython builds, which come from GitHub (not
+# reachable here), so such a task gets the recipe's fallback, Debian 13 (Python 3.13,
+# what Terminal-Bench 2's tests ask for), with a line saying so.
+_PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION, pythons=("3.13",))
+_PY_BULLSEYE = Recipe("bullseye", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION_PY39, pythons=("3.9",),
+                      fallback=_PY_TRIXIE)
+_PY_BOOKWORM = Recipe("bookworm", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION, pythons=("3.11",),
+                      fallback=_PY_TRIXIE)
+_TRIXIE = Recipe("trixie", _COMMON, pythons=("3.13",))
+_BULLSEYE = Recipe("bullseye", _COMMON, pythons=("3.9",), fallback=_TRIXIE)
+_BOOKWORM = Recipe("bookworm", _COMMON, pythons=("3.11",), fallback=_TRIXIE)
 _UBUNTU_BY_RELEASE = {v: Recipe(code, _COMMON + _UBUNTU, distro="ubuntu", fallback=_TRIXIE, pythons=pythons)
                       for v, code, pythons in (("20.04", "focal", ("3.8", "3.9")), ("22.04", "jammy", ("3.10", "3.11")),
                                                ("24.04", "noble", ("3.12",)))}
@@ -220,16 +225,21 @@ def unusable(recipe: Recipe, pythons: tuple[str, ...] = ()) -> str | None:
     """Why `recipe` cannot stand in here for a task whose tests ask uv for `pythons`
     (its fallback then does), or None."""
     if recipe.distro != "ubuntu":
-        return None
+        return lacks(recipe, pythons)
     return lacks(recipe, pythons) or _ubuntu_unusable(recipe.suite)
 
 
 def lacks(recipe: Recipe, pythons: tuple[str, ...]) -> str | None:
-    """Why `recipe` cannot serve tests that ask uv for `pythons`, or None (no network
-    is asked: task image digests use it)."""
-    missing = [v for v in pythons if recipe.distro == "ubuntu" and recipe.pythons and v not in recipe.pythons]
+    """Why `recipe` cannot serve tests that ask uv for `pythons` where its fallback
+    can, or None (no network is asked: task image digests use it). A recipe with no
+    fallback, or whose fallback lacks them too, serves: nothing here does better."""
+    if recipe.fallback is None or not recipe.pythons:
+        return None
+    missing = [v for v in pythons if v not in recipe.pythons]
+    if any(v not in recipe.fallback.pythons for v in missing):
+        return None
     if missing:
-        return (f"the tests ask uv for Python {', '.join(missing)}, which {recipe.describe()}'s archive lacks "
+        return (f"the tests ask uv for Python {', '.join(missing)}, which {recipe.distro.capitalize()} {recipe.suite}'s archive lacks "
                 f"(uv's own CPython builds come from GitHub)")
     return None
 
@@ -358,10 +368,11 @@ def _note(line: str, progress, notes: list[str] | None) -> None:
 
 def table() -> list[tuple[str, str]]:
     """(public names, what stands in for them here), for `python -m environments bases`."""
-    rows = [("python:3.9*", "Debian bullseye: python3 3.9, venv, pip " + PIP_VERSION_PY39),
-            ("python:3.10*, python:3.11*", "Debian bookworm: python3 3.11, venv, pip " + PIP_VERSION),
+    then = "; Debian trixie where the tests ask uv for Python 3.13"
+    rows = [("python:3.9*", "Debian bullseye: python3 3.9, venv, pip " + PIP_VERSION_PY39 + then),
+            ("python:3.10*, python:3.11*", "Debian bookworm: python3 3.11, venv, pip " + PIP_VERSION + then),
             ("python:3.12* to 3.14*, TB's python-3-13", "Debian trixie: python3 3.13, venv, pip " + PIP_VERSION),
-            ("debian:11, 12, 13 (code names, point releases, -slim)", "that Debian release")]
+            ("debian:11, 12, 13 (code names, point releases, -slim)", "that Debian release" + then)]
     for version, code in (("20.04", "focal"), ("22.04", "jammy"), ("24.04", "noble")):
         recipe = _UBUNTU_BY_RELEASE[code]
         why = unusable(recipe)

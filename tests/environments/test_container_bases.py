@@ -99,7 +99,18 @@ def test_tests_asking_uv_for_a_python_the_ubuntu_release_lacks_get_the_fallback(
         fake, notes = Fake(), []
         bases.ensure(["ubuntu:24.04"], fake, progress=lambda s: None, notes=notes, pythons=pythons)
         assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:noble"} and notes == []
-    assert bases.unusable(bases.recipe_for("python:3.12-slim"), ("3.9",)) is None
+    assert bases.unusable(bases.recipe_for("python:3.12-slim"), ("3.9",)) is None  # nothing here has 3.9 and 3.13's tools
+    # A python:3.11 task whose tests ask uv for 3.13: Debian 13's python stand-in, said so.
+    fake, notes = Fake(), []
+    bases.ensure(["python:3.11-slim", "debian:12"], fake, progress=lambda s: None, notes=notes, pythons=("3.13",))
+    assert fake.tagged == {"docker.io/library/python:3.11-slim": "localhost/rlpt-base:trixie",
+                           "docker.io/library/debian:12": "localhost/rlpt-base:trixie"}
+    assert ("docker.io/library/python:3.11-slim: Debian trixie (python3 is 3.13) stands in for Debian bookworm "
+            "(python3 is 3.11): the tests ask uv for Python 3.13, which Debian bookworm's archive "
+            "lacks (uv's own CPython builds come from GitHub)") in notes
+    fake = Fake()
+    bases.ensure(["python:3.11-slim"], fake, progress=lambda s: None, pythons=("3.11",))
+    assert fake.tagged == {"docker.io/library/python:3.11-slim": "localhost/rlpt-base:bookworm"}
 
 
 def test_task_image_digest_follows_the_base_the_tests_need(tmp_path, monkeypatch):
