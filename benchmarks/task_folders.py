@@ -124,7 +124,7 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
                 row.update(reference=grade.verdict.value, reference_why=grade.feedback[:300],
                            reference_output=output[-400:], reference_refused=task.hidden.refused,
                            reference_asked=sorted({f"{a.host}:{a.port}" for a in (task.hidden.gate.asked if task.hidden.gate else ())}),
-                           reference_needs_network=bool(grade.verdict is not Verdict.PASS and (needs or task.hidden.refused)))
+                           reference_needs_network=bool(grade.verdict is not Verdict.PASS and (needs or _needed(task.hidden.refused))))
             except engine_mod.EngineError as e:
                 task.hidden.close(engine)
                 row.update(reference="SANDBOX_ERROR", reference_why=str(e)[:300])
@@ -139,8 +139,14 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
     return row
 
 
+_UV_INSTALLER = "astral.sh:"
 _OTHER_HOSTS = re.compile(r"downloads from a host other than the package registries")
 _SERVICE_NETWORK = re.compile(r"service '[^']+' did not become healthy[^;]*; it needs the network")
+
+
+def _needed(refused) -> list[str]:
+    """The refused hosts a solution needed: not uv's installer (the tools layer puts that uv in the image)."""
+    return [h for h in refused or [] if not h.startswith(_UV_INSTALLER)]
 
 
 def _needs_other_hosts(row: dict) -> bool:
@@ -150,7 +156,7 @@ def _needs_other_hosts(row: dict) -> bool:
         return bool(_OTHER_HOSTS.search(_category(row["reason"])))
     if row.get("reference") == "PASS":
         return False  # whatever it was refused (uv's installer from astral.sh, say), it did not need it
-    return bool(row.get("reference_refused") or row.get("reference_needs_network")
+    return bool(_needed(row.get("reference_refused")) or row.get("reference_needs_network")
                 or _SERVICE_NETWORK.search(row.get("reference_why") or ""))
 
 
