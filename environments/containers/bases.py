@@ -60,6 +60,9 @@ UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"  # Debian's ub
 # /usr/local), so a Dockerfile's `pip install --upgrade pip` can uninstall it.
 PIP_VERSION = "26.3"
 PIP_VERSION_PY39 = "25.3"  # the last pip for Python 3.9
+# With pip, by pip, into /usr/local: setuptools and wheel, so a Dockerfile's
+# `pip install --upgrade setuptools wheel` replaces them (Debian's have no RECORD).
+PIP_COMPANIONS = ("setuptools==80.9.0", "wheel==0.45.1")
 STANDIN_DIR = "/opt/rlpt-standin"
 APT_LOG = STANDIN_DIR + "/apt-relaxed.log"  # the apt wrapper's changes, one a line
 _APT_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin_apt.sh")
@@ -90,7 +93,7 @@ class Recipe:
 
     def key(self) -> str:
         text = repr((self.distro, self.suite, sorted(self.packages), self.python_links, self.workdir, self.pip,
-                     _ca_digest(), _wrapper_digest()))
+                     PIP_COMPANIONS if self.pip else (), _ca_digest(), _wrapper_digest()))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
@@ -278,7 +281,8 @@ def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
         # From PyPI into /usr/local (Debian's Python installs there), ahead of Debian's pip on sys.path.
         ca = "/etc/ssl/certs/ca-certificates.crt"
         hooks.append(f'--customize-hook=chroot "$1" env SSL_CERT_FILE={ca} PIP_CERT={ca} python3 -m pip install '
-                     f'--quiet --no-cache-dir --disable-pip-version-check --ignore-installed pip=={recipe.pip}')
+                     f'--quiet --no-cache-dir --disable-pip-version-check --ignore-installed pip=={recipe.pip} '
+                     + " ".join(PIP_COMPANIONS))
     hooks += [f"--customize-hook=upload {_APT_WRAPPER} /usr/local/bin/apt-get",
               f'--customize-hook=chroot "$1" sh -c "chmod 755 /usr/local/bin/apt-get; ln -sf apt-get /usr/local/bin/apt; '
               f'mkdir -p {STANDIN_DIR}"']

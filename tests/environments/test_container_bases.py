@@ -150,9 +150,11 @@ def test_ubuntu_stand_in_relaxes_missing_pins_and_maps_renamed_packages(tmp_path
 
 
 def test_pip_upgrades_over_the_python_stand_in(tmp_path, podman):
-    # Debian's python3-pip has no RECORD: reinstalling it would fail with uninstall-no-record-file.
+    # Debian's python3-pip, -setuptools and -wheel have no RECORD: reinstalling them would fail with
+    # uninstall-no-record-file (TB2's pypi-server upgrades setuptools and wheel).
     docker = (f"FROM python:3.13-slim\nRUN pip --version | grep -q /usr/local/ && "
-              f"pip install -q --disable-pip-version-check --force-reinstall --upgrade pip=={bases.PIP_VERSION}\n")
+              f"pip install -q --disable-pip-version-check --force-reinstall --upgrade pip=={bases.PIP_VERSION} && "
+              f"pip install -q --disable-pip-version-check --force-reinstall {' '.join(bases.PIP_COMPANIONS)}\n")
     path = _write(tmp_path / "pip-upgrade", {"instruction.md": "x\n", "environment/Dockerfile": docker,
                                              "tests/test.sh": "true\n"})
     built = images.build(path, "pip-upgrade", podman, timeout_s=600)
