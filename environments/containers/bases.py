@@ -74,7 +74,8 @@ RECIPE_LABEL = "rlpt.base"
 _CA_ENV = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 # What every stand-in has: the public images have these, and verifiers use them.
 _COMMON = ("ca-certificates", "bash", "coreutils", "curl", "procps", "tmux")
-_PYTHON = ("python3", "python3-pip", "python3-venv")
+# python3-dev: the public python images carry Python.h (a task builds a C extension).
+_PYTHON = ("python3", "python3-pip", "python3-venv", "python3-dev")
 # What the public ubuntu image has beyond minbase's essential set (mmdebstrap's
 # minbase leaves apt out for Ubuntu's suites): apt and the archive's keys.
 _UBUNTU = ("apt", "gpgv", "ubuntu-keyring")

@@ -149,10 +149,11 @@ def test_ubuntu_stand_in_relaxes_missing_pins_and_maps_renamed_packages(tmp_path
     podman.remove_image(built.tag)
 
 
-def test_pip_upgrades_over_the_python_stand_in(tmp_path, podman):
+def test_pip_upgrades_over_the_python_stand_in_which_has_python_h(tmp_path, podman):
     # Debian's python3-pip, -setuptools and -wheel have no RECORD: reinstalling them would fail with
     # uninstall-no-record-file (TB2's pypi-server upgrades setuptools and wheel).
-    docker = (f"FROM python:3.13-slim\nRUN pip --version | grep -q /usr/local/ && "
+    docker = (f"FROM python:3.13-slim\nRUN test -f \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"include\"])')/Python.h\" && "
+              f"pip --version | grep -q /usr/local/ && "
               f"pip install -q --disable-pip-version-check --force-reinstall --upgrade pip=={bases.PIP_VERSION} && "
               f"pip install -q --disable-pip-version-check --force-reinstall {' '.join(bases.PIP_COMPANIONS)}\n")
     path = _write(tmp_path / "pip-upgrade", {"instruction.md": "x\n", "environment/Dockerfile": docker,
