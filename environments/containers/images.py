@@ -222,7 +222,12 @@ def _uv_version(test_sh: str) -> str:
 
 _UVX_VALUE_OPTIONS = {"-p", "--python", "-w", "--with", "--from", "--with-requirements", "--with-editable",
                       "--index", "--index-url", "--extra-index-url", "-i", "--find-links", "-f", "--constraints",
-                      "-c", "--overrides", "--python-platform", "--cache-dir"}
+                      "-c", "--overrides", "--python-platform", "--cache-dir", "--index-strategy", "--default-index",
+                      "--prerelease", "--resolution", "--exclude-newer", "--keyring-provider", "--python-preference",
+                      "--refresh-package", "--reinstall-package", "--upgrade-package", "-P", "--no-build-package",
+                      "--no-binary-package", "--link-mode", "--config-setting", "-C", "--config-file", "--directory",
+                      "--project", "--color", "--allow-insecure-host", "--env-file", "--build-constraints",
+                      "--torch-backend"}
 
 
 def _uvx_warm(words: list[str]) -> list[str] | None:

@@ -546,6 +546,10 @@ def test_the_warm_up_runs_a_test_script_s_installs_not_its_tests():
     warm = images.warm_script(TB2_STYLE + "pip3 install numpy==2.1.0 && python -m pytest /tests\nuv tool run --with x==1 ruff check .\n")
     assert "apt-get install -y curl" in warm and "source $HOME/.local/bin/env" in warm
     assert "uvx -p 3.13 -w pytest==8.4.1 pytest --version" in warm  # resolved and cached, not run on /tests
+    torch = images.warm_script("uvx \\\n  --index https://download.pytorch.org/whl/cpu \\\n  --index-strategy unsafe-best-match \\\n"
+                               "  -p 3.13 -w torch==2.7.1 pytest /tests/test_outputs.py -rA\n")
+    assert ("uvx --index https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match -p 3.13 "
+            "-w torch==2.7.1 pytest --version") in torch  # options that take a value are not the tool
     assert "pip3 install numpy==2.1.0" in warm and "uvx --with x==1 ruff --version" in warm
     assert "astral.sh" not in warm and "/tests/test_outputs.py" not in warm and "python -m pytest /tests" not in warm
     assert "command -v python3.13" in warm  # the Python uvx asks for, from the distribution when absent
