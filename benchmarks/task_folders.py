@@ -65,6 +65,7 @@ def task_folders(roots: list[str], limit_per_root: int | None = None) -> list[st
 def _category(reason: str) -> str:
     """A short group name for a refusal reason."""
     rules = (
+        (r"^" + re.escape(images.INFRASTRUCTURE), "infrastructure failure at build (this machine's, not the task's)"),
         (r"no local stand-in for base image", "base image without a local stand-in"),
         (r"missing tests/test\.sh|has no tests/test\.sh", "no tests/test.sh"),
         (r"missing instruction\.md", "no instruction.md"),

@@ -369,6 +369,16 @@ _CAUSE = re.compile(r"^(E: |ERROR|error|Error:|fatal:|curl: \(\d+\)|wget: |.*Cou
                     r".*No such file or directory|.*not found|.*Permission denied)")
 
 
+INFRASTRUCTURE = "infrastructure failure, not the task's: "
+
+
+def _infrastructure(output: str) -> str | None:
+    """The one line for a build that failed for this machine's sake (its disk full), or None."""
+    if re.search(r"no space left on device", output, re.I):
+        return INFRASTRUCTURE + "the machine's disk is full (no space left on device); free space and build again"
+    return None
+
+
 def _reason(output: str) -> str:
     """One line saying why a build failed: the cause a command printed, and the step."""
     lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
@@ -480,13 +490,14 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
                     f.write(_dockerfile_text(task_path))
             ok, out = engine.build(context, env_tag, timeout_s, dockerfile=dockerfile, log_path=log_path)
             if not ok:
-                return Built(name, None, time.monotonic() - start, False, f"the task's Dockerfile failed: {_reason(out)}", log_path)
+                return Built(name, None, time.monotonic() - start, False,
+                             _infrastructure(out) or f"the task's Dockerfile failed: {_reason(out)}", log_path)
             if needs_tools(task_path, solution_packages):
                 ctx = _tools_context(os.path.join(tmp, "tools"), task_path, env_tag, engine.image_config(env_tag), solution_packages)
                 ok, out2 = engine.build(ctx, tag, timeout_s, log_path=log_path + ".tools")
                 if not ok:
                     return Built(name, None, time.monotonic() - start, False,
-                                 f"the verifier tools layer failed: {_reason(out2)}", log_path + ".tools")
+                                 _infrastructure(out2) or f"the verifier tools layer failed: {_reason(out2)}", log_path + ".tools")
             else:
                 engine.tag(env_tag, tag)
         engine.remove_image(env_tag)  # the task image's layers keep it; only the name goes

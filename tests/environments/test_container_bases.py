@@ -161,3 +161,10 @@ def test_pip_upgrades_over_the_python_stand_in_which_has_python_h(tmp_path, podm
     built = images.build(path, "pip-upgrade", podman, timeout_s=600)
     assert built.error is None and built.warnings == (), (built.error, built.log_path)
     podman.remove_image(built.tag)
+
+
+def test_a_full_disk_is_the_machine_s_failure_not_the_task_s():
+    out = ("STEP 4/7: RUN sh /opt/rlpt-tools/install.sh\nError: committing container for step {...}: "
+           "processing tar file(write /root/.local/bin/uv: no space left on device): exit status 1\n")
+    assert images._infrastructure(out).startswith(images.INFRASTRUCTURE) and "disk is full" in images._infrastructure(out)
+    assert images._infrastructure("E: Unable to locate package foo\nError: building at STEP \"RUN apt-get\"") is None
