@@ -1,6 +1,6 @@
 """Builds, validates and runs terminal task folders as published; prints what held.
 
-    python benchmarks/task_folders.py ROOT [ROOT ...] [--network registries] [--limit_per_root N] [--build_timeout 600] [--json out.json]
+    python benchmarks/task_folders.py ROOT [ROOT ...] [--network registries] [--limit_per_root N] [--build_timeout 600] [--json out.json] [--remove_images]
     python benchmarks/task_folders.py --overhead TASK_FOLDER [--episodes 10]
     python benchmarks/task_folders.py --report rows.json     (the report again, from --json's rows)
 
@@ -99,7 +99,8 @@ def run_task(path: str, engine: engine_mod.Engine, build_timeout: float, referen
     row["has_reference"] = folder.has_reference
     folder = dataclasses.replace(folder, build_timeout_s=min(folder.build_timeout_s, build_timeout))
     built = terminal_tasks.build_task(folder, engine)
-    row.update(build_s=round(built.seconds, 1), cached=built.cached, build_warnings=list(getattr(built, "warnings", ())))
+    row.update(build_s=round(built.seconds, 1), cached=built.cached, build_warnings=list(getattr(built, "warnings", ())),
+               image=built.tag)
     if built.error is not None:
         return {**row, "stage": "build", "reason": built.error, "log": built.log_path}
     try:
@@ -287,6 +288,8 @@ def main() -> int:
     parser.add_argument("--verifier_network", default=None, choices=egress.POLICIES,
                         help="the tests' network (default: registries where test.sh installs its runner, else none)")
     parser.add_argument("--json", default=None, help="write every row here")
+    parser.add_argument("--remove_images", action="store_true",
+                        help="untag each task's image after its row (a run over many tasks fits the disk)")
     parser.add_argument("--report", default=None, help="print the report of rows saved by --json (build reasons re-read from logs)")
     args = parser.parse_args()
     why = engine_mod.available()
@@ -297,7 +300,8 @@ def main() -> int:
         with open(args.report) as f:
             rows = json.load(f)
         for r in rows:
-            if r["stage"] == "build" and r.get("log") and os.path.isfile(r["log"]) and "no local stand-in" not in r["reason"]:
+            if (r["stage"] == "build" and r.get("log") and os.path.isfile(r["log"]) and "no local stand-in" not in r["reason"]
+                    and not r["reason"].startswith(images.INFRASTRUCTURE)):
                 with open(r["log"], errors="replace") as f:
                     r["reason"] = images._reason(f.read())
         report(rows)
@@ -312,6 +316,8 @@ def main() -> int:
         row = run_task(path, engine, args.build_timeout, args.reference_timeout, args.solution_packages,
                        args.network, args.verifier_network)
         rows.append(row)
+        if args.remove_images and row.get("image"):
+            engine.remove_image(row["image"])  # its layers go at the next `podman image prune`, run apart from builds
         status = row.get("reason", "")[:90] if row["stage"] != "ran" else f"reference {row.get('reference', '-')}, do-nothing {row.get('noop')}"
         print(f"[{i}/{len(paths)}] {row['task']}: {row['stage']} {row.get('build_s', '')}s  {status}", flush=True)
         if args.json:
