@@ -264,8 +264,7 @@ class Gate:
             except OSError:
                 return
             if not self._slots.acquire(blocking=False):  # a container may not take the trainer's threads
-                _reply(client, 503, f"rlpt egress proxy: over {MAX_CONNECTIONS} connections at once from this container")
-                client.close()
+                _refuse_over_cap(client)
                 continue
             threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
@@ -401,3 +400,26 @@ def _relay(a: socket.socket, b: socket.socket) -> None:
                     peer[src].sendall(data)
                 except OSError:
                     return
+
+
+def _refuse_over_cap(client: socket.socket) -> None:
+    """The one-line 503 for a connection over the cap, delivered: the request is read
+    first and the socket half-closed before it is closed, since closing a socket with
+    unread bytes resets the connection and the client could lose the reply. Bounded
+    to a fraction of a second, on the accept loop (no thread for it)."""
+    try:
+        client.settimeout(0.2)
+        try:
+            client.recv(_HEAD_LIMIT)
+        except OSError:
+            pass
+        _reply(client, 503, f"rlpt egress proxy: over {MAX_CONNECTIONS} connections at once from this container")
+        client.shutdown(socket.SHUT_WR)
+        try:
+            client.recv(_HEAD_LIMIT)
+        except OSError:
+            pass
+    except OSError:
+        pass
+    finally:
+        client.close()
