@@ -22,9 +22,10 @@ another sinks by well under 0.05 mm.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import functools
 import hashlib
+import threading
 import time
 
 import manifold3d
@@ -42,6 +43,7 @@ DENSITY = 7850.0       # kg/m3
 FRICTION = 0.8
 TIMESTEP_S = 5e-4
 SOLREF = (0.002, 1.0)  # contact time constant (s) and damping ratio
+_FRICTIONS = [FRICTION, 0.005, 0.0001]  # sliding, torsional, rolling
 _GAP_SAMPLES = 64
 _SLIVER_MM3 = 1e-3     # a cut's crumbs are dropped: under MuJoCo's smallest mesh volume
 _MM = 1e-3             # the simulation runs in metres
@@ -113,21 +115,26 @@ def convex_pieces(solid: manifold3d.Manifold, hull_mm: float = HULL_MM,
     return [np.asarray(p.hull().to_mesh().vert_properties)[:, :3].astype(np.float64) for p in done]
 
 
-@functools.lru_cache(maxsize=512)
-def _pieces_cached(key: bytes, vertices: bytes, faces: bytes) -> tuple[np.ndarray, ...]:
-    del key
-    v = np.frombuffer(vertices, dtype=np.float64).reshape(-1, 3)
-    f = np.frombuffer(faces, dtype=np.int64).reshape(-1, 3)
-    mesh = manifold3d.Mesh(vert_properties=v.astype(np.float32), tri_verts=f.astype(np.uint32))
-    return tuple(convex_pieces(manifold3d.Manifold(mesh)))
+_PIECES: collections.OrderedDict[bytes, tuple[np.ndarray, ...]] = collections.OrderedDict()
+_PIECES_KEPT = 512
+_PIECES_LOCK = threading.Lock()
 
 
 def pieces_of(solid: Solid) -> tuple[np.ndarray, ...]:
-    """convex_pieces of a checked solid, cached on its mesh (a reference part,
-    or a candidate that repeats one, is cut once per process)."""
-    v = np.ascontiguousarray(solid.vertices, dtype=np.float64).tobytes()
-    f = np.ascontiguousarray(solid.faces, dtype=np.int64).tobytes()
-    return _pieces_cached(hashlib.sha256(v + f).digest(), v, f)
+    """convex_pieces of a checked solid, cached on its mesh's digest (a reference
+    part, or a candidate that repeats one, is cut once per process)."""
+    key = hashlib.sha256(np.ascontiguousarray(solid.vertices, dtype=np.float64).tobytes()
+                         + np.ascontiguousarray(solid.faces, dtype=np.int64).tobytes()).digest()
+    with _PIECES_LOCK:
+        if key in _PIECES:
+            _PIECES.move_to_end(key)
+            return _PIECES[key]
+    pieces = tuple(convex_pieces(solid.manifold))
+    with _PIECES_LOCK:
+        _PIECES[key] = pieces
+        while len(_PIECES) > _PIECES_KEPT:
+            _PIECES.popitem(last=False)
+    return pieces
 
 
 def _model(parts: list[tuple[np.ndarray, ...]]) -> mujoco.MjModel:
@@ -141,7 +148,7 @@ def _model(parts: list[tuple[np.ndarray, ...]]) -> mujoco.MjModel:
     ground = spec.worldbody.add_geom()
     ground.type = mujoco.mjtGeom.mjGEOM_PLANE
     ground.size = [0.0, 0.0, 1.0]
-    ground.friction = [FRICTION, 0.005, 0.0001]
+    ground.friction = _FRICTIONS
     ground.solref = list(SOLREF)
     for k, pieces in enumerate(parts):
         body = spec.worldbody.add_body()
@@ -155,7 +162,7 @@ def _model(parts: list[tuple[np.ndarray, ...]]) -> mujoco.MjModel:
             geom.type = mujoco.mjtGeom.mjGEOM_MESH
             geom.meshname = mesh.name
             geom.density = DENSITY
-            geom.friction = [FRICTION, 0.005, 0.0001]
+            geom.friction = _FRICTIONS
             geom.solref = list(SOLREF)
     return spec.compile()
 

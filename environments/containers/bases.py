@@ -228,9 +228,7 @@ def _uv_image(version: str, tag: str, engine: Engine) -> None:
 def unusable(recipe: Recipe, pythons: tuple[str, ...] = ()) -> str | None:
     """Why `recipe` cannot stand in here for a task whose tests ask uv for `pythons`
     (its fallback then does), or None."""
-    if recipe.distro != "ubuntu":
-        return lacks(recipe, pythons)
-    return lacks(recipe, pythons) or _ubuntu_unusable(recipe.suite)
+    return lacks(recipe, pythons) or (_ubuntu_unusable(recipe.suite) if recipe.distro == "ubuntu" else None)
 
 
 def lacks(recipe: Recipe, pythons: tuple[str, ...]) -> str | None:
