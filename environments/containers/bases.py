@@ -23,9 +23,12 @@ rewritten Dockerfile: the task's files build as published, `RUN` lines that
 call apt from scripts, test.sh and solve.sh are covered too, and the decision
 is made against the archive the build actually sees (`apt-cache madison`).
 
-Stand-ins are not the public images: `python:3.12-slim` gets Debian 13's
-Python 3.13 (no Debian release ships 3.12). `ubuntu:20.04/22.04/24.04` (and
-their code names, `latest`, Terminal-Bench's `ubuntu-24-04`) are that Ubuntu
+`python:3.X-<release>` is that Debian release (where the tag names none, the
+one whose python3 is 3.X, else trixie as the public images) with CPython 3.X
+compiled from source into /usr/local where the release's python3 is not 3.X, as
+the public images are made (cpython.py); a Python a task's tests ask uv for and
+the archive lacks is compiled in the same way (uv would download its own from
+GitHub). `ubuntu:20.04/22.04/24.04` (and their code names, `latest`, Terminal-Bench's `ubuntu-24-04`) are that Ubuntu
 release from archive.ubuntu.com (main, universe; the release, -updates and
 -security suites, as the public image) when the Ubuntu archive key is
 installed (launch/setup_system.sh) and the archive answers; otherwise, and for
@@ -50,6 +53,7 @@ import tempfile
 import urllib.request
 import zipfile
 
+from environments.containers import cpython
 from environments.containers.engine import Engine, EngineError
 
 DEBIAN = "http://deb.debian.org/debian"
@@ -91,15 +95,24 @@ class Recipe:
     distro: str = "debian"  # "ubuntu": from Ubuntu's archive (main, universe; release, -updates, -security)
     fallback: Recipe | None = None  # built instead where the distribution's archive cannot be used
     pythons: tuple[str, ...] = ()  # the python3.X its archive has
+    built: tuple[str, ...] = ()  # CPython 3.X compiled from source into /usr/local (cpython.py)
+    python: str | None = None  # with python_links: the 3.X that python3 is (built, where its archive lacks it)
 
     def key(self) -> str:
         text = repr((self.distro, self.suite, sorted(self.packages), self.python_links, self.workdir, self.pip,
-                     PIP_COMPANIONS if self.pip else (), _ca_digest(), _wrapper_digest()))
+                     PIP_COMPANIONS if self.pip else (), _ca_digest(), _wrapper_digest(),
+                     (self.built, self.python, cpython.BUILD_VERSION) if self.built else ()))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
-        python = f" (python3 is {self.pythons[0]})" if self.python_links and self.pythons else ""
-        return f"{self.distro.capitalize()} {self.suite}{python}"
+        python = f" (python3 is {self.python})" if self.python_links and self.python else ""
+        extra = [v for v in self.built if v != self.python]
+        built = f" with CPython {', '.join(extra)} compiled" if extra else ""
+        return f"{self.distro.capitalize()} {self.suite}{python}{built}"
+
+    def has(self, version: str) -> bool:
+        """Whether a `python{version}` is in the image or its archive."""
+        return version in self.pythons or version in self.built
 
 
 @functools.cache
@@ -116,15 +129,15 @@ def _ca_digest() -> str:
         return "none"
 
 
-# Each release's python3.X (Debian main; Ubuntu main and universe): a verifier that
-# asks uv for another would need uv's own CPython builds, which come from GitHub (not
-# reachable here), so such a task gets the recipe's fallback, Debian 13 (Python 3.13,
-# what Terminal-Bench 2's tests ask for), with a line saying so.
-_PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION, pythons=("3.13",))
+# Each release's python3.X (Debian main; Ubuntu main and universe). A verifier that
+# asks uv for another gets it compiled from source (cpython.py: uv's own CPython
+# builds come from GitHub, not reachable here); where that cannot be done, the
+# recipe's fallback, Debian 13 (Python 3.13, what Terminal-Bench 2's tests ask for).
+_PY_TRIXIE = Recipe("trixie", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION, pythons=("3.13",), python="3.13")
 _PY_BULLSEYE = Recipe("bullseye", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION_PY39, pythons=("3.9",),
-                      fallback=_PY_TRIXIE)
+                      python="3.9", fallback=_PY_TRIXIE)
 _PY_BOOKWORM = Recipe("bookworm", _COMMON + _PYTHON, python_links=True, pip=PIP_VERSION, pythons=("3.11",),
-                      fallback=_PY_TRIXIE)
+                      python="3.11", fallback=_PY_TRIXIE)
 _TRIXIE = Recipe("trixie", _COMMON, pythons=("3.13",))
 _BULLSEYE = Recipe("bullseye", _COMMON, pythons=("3.9",), fallback=_TRIXIE)
 _BOOKWORM = Recipe("bookworm", _COMMON, pythons=("3.11",), fallback=_TRIXIE)
@@ -134,15 +147,34 @@ _UBUNTU_BY_RELEASE = {v: Recipe(code, _COMMON + _UBUNTU, distro="ubuntu", fallba
 _UBUNTU_BY_RELEASE.update({r.suite: r for r in list(_UBUNTU_BY_RELEASE.values())})
 _UBUNTU_BY_RELEASE["latest"] = _UBUNTU_BY_RELEASE["noble"]
 
-# python:3.X[.Y][-slim][-<debian>] -> the Debian release whose python3 is 3.X, or
-# the nearest (3.10 -> 3.11, 3.12 and later -> 3.13): the Python version matters
-# more to a task than the distribution under it.
-_PYTHON_BY_MINOR = {9: _PY_BULLSEYE, 10: _PY_BOOKWORM, 11: _PY_BOOKWORM, 12: _PY_TRIXIE, 13: _PY_TRIXIE, 14: _PY_TRIXIE}
+# python:3.X[.Y][-slim][-<debian>]: as the public image, that Debian release (trixie,
+# the public images' default, where the tag names none) with CPython 3.X; Debian's
+# own python3 packages where the release's python3 is 3.X, else 3.X compiled from
+# source into /usr/local as the public images have it. Where no release is named
+# and one has 3.X as its python3, that release (no compile). The fallback, where
+# compiling cannot be done: the Debian release whose python3 is nearest 3.X.
+_DEBIAN_PYTHON = {"bullseye": _PY_BULLSEYE, "bookworm": _PY_BOOKWORM, "trixie": _PY_TRIXIE}
+_NEAREST = {9: _PY_BULLSEYE, 10: _PY_BOOKWORM, 11: _PY_BOOKWORM, 12: _PY_TRIXIE, 13: _PY_TRIXIE, 14: _PY_TRIXIE}
+
+
+def _python_image(minor: int, suite: str | None) -> Recipe | None:
+    if minor not in _NEAREST:
+        return None
+    version = f"3.{minor}"
+    if suite is None:
+        suite = next((s for s, r in _DEBIAN_PYTHON.items() if r.python == version), "trixie")
+    own = _DEBIAN_PYTHON[suite]
+    if own.python == version:
+        return own
+    return Recipe(suite, _COMMON, python_links=True, pip=PIP_VERSION_PY39 if minor == 9 else PIP_VERSION,
+                  pythons=own.pythons, built=(version,), python=version, fallback=_NEAREST[minor])
+
+
 _DEBIAN_BY_RELEASE = {"11": _BULLSEYE, "bullseye": _BULLSEYE, "12": _BOOKWORM, "bookworm": _BOOKWORM, "stable": _BOOKWORM,
                       "13": _TRIXIE, "trixie": _TRIXIE, "latest": _TRIXIE}
 _PATTERNS = (
     (re.compile(r"docker\.io/library/python:3\.(\d+)(\.\d+)?(-slim)?(-(bullseye|bookworm|trixie))?"),
-     lambda m: _PYTHON_BY_MINOR.get(int(m.group(1)))),
+     lambda m: _python_image(int(m.group(1)), m.group(5))),
     (re.compile(r"docker\.io/library/debian:([a-z]+|\d+)(\.\d+)*(-slim)?"), lambda m: _DEBIAN_BY_RELEASE.get(m.group(1))),
     # Ubuntu's LTS releases from Ubuntu's archive; Debian 13 for the others.
     (re.compile(r"docker\.io/library/ubuntu:(\d\d\.\d\d|[a-z]+)"), lambda m: _UBUNTU_BY_RELEASE.get(m.group(1), _TRIXIE)),
@@ -225,25 +257,24 @@ def _uv_image(version: str, tag: str, engine: Engine) -> None:
         engine.import_rootfs(tarball, tag, [f"LABEL {RECIPE_LABEL}=uv-{version}", 'ENTRYPOINT ["/uv"]'])
 
 
-def unusable(recipe: Recipe, pythons: tuple[str, ...] = ()) -> str | None:
-    """Why `recipe` cannot stand in here for a task whose tests ask uv for `pythons`
-    (its fallback then does), or None."""
-    return lacks(recipe, pythons) or (_ubuntu_unusable(recipe.suite) if recipe.distro == "ubuntu" else None)
+def unusable(recipe: Recipe) -> str | None:
+    """Why `recipe`'s archive cannot be used here (its fallback then stands in), or None."""
+    return _ubuntu_unusable(recipe.suite) if recipe.distro == "ubuntu" else None
 
 
-def lacks(recipe: Recipe, pythons: tuple[str, ...]) -> str | None:
-    """Why `recipe` cannot serve tests that ask uv for `pythons` where its fallback
-    can, or None (no network is asked: task image digests use it). A recipe with no
-    fallback, or whose fallback lacks them too, serves: nothing here does better."""
-    if recipe.fallback is None or not recipe.pythons:
-        return None
-    missing = [v for v in pythons if v not in recipe.pythons]
-    if any(v not in recipe.fallback.pythons for v in missing):
-        return None
-    if missing:
-        return (f"the tests ask uv for Python {', '.join(missing)}, which {recipe.distro.capitalize()} {recipe.suite}'s archive lacks "
-                f"(uv's own CPython builds come from GitHub)")
-    return None
+def with_pythons(recipe: Recipe, pythons: tuple[str, ...]) -> Recipe:
+    """`recipe` for a task whose tests ask uv for `pythons`: each its archive lacks
+    compiled from source into /usr/local (where cpython.py knows its source; uv's
+    own CPython builds come from GitHub). No network is asked (task image digests
+    use it)."""
+    missing = tuple(v for v in pythons if not recipe.has(v) and v in cpython.SOURCES)
+    return dataclasses.replace(recipe, built=recipe.built + missing) if missing else recipe
+
+
+def resolve(name: str, pythons: tuple[str, ...] = ()) -> Recipe | None:
+    """The recipe `ensure` builds first for public image `name` and tests asking uv for `pythons`."""
+    recipe = recipe_for(name)
+    return None if recipe is None else with_pythons(recipe, pythons)
 
 
 @functools.cache
@@ -266,20 +297,32 @@ def _sources(recipe: Recipe) -> list[str]:
     return [DEBIAN]
 
 
-def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
+def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str], progress=print) -> None:
     if shutil.which("mmdebstrap") is None:
         raise EngineError("mmdebstrap is not installed (launch/setup_system.sh installs it)")
-    hooks = []
+    hooks, packages = [], list(recipe.packages)
     if os.path.isfile(HOST_CA_BUNDLE):
         hooks += [f"--customize-hook=upload {HOST_CA_BUNDLE} /usr/local/share/ca-certificates/rlpt-host-trusted.crt",
                   '--customize-hook=chroot "$1" update-ca-certificates --fresh >/dev/null 2>&1']
-    if recipe.python_links:
+    for version in recipe.built:
+        build = cpython.build(version, recipe.distro, recipe.suite, _sources(recipe), progress)
+        packages += [p for p in build.packages if p not in packages]
+        hooks += [f"--customize-hook=tar-in {build.tarball} /", '--customize-hook=chroot "$1" ldconfig']
+    python = "python3"
+    if recipe.python_links and recipe.python in recipe.built:
+        # As the public python:* images: /usr/local/bin/python3 is the compiled 3.X.
+        python = f"python{recipe.python}"
+        links = (f"{python} python3", "python3 python", f"pip{recipe.python} pip3", "pip3 pip",
+                 f"{python}-config python3-config", "python3-config python-config")
+        hooks.append('--customize-hook=chroot "$1" sh -c "cd /usr/local/bin && '
+                     + " && ".join(f"ln -sf {link}" for link in links) + '"')
+    elif recipe.python_links:
         hooks.append('--customize-hook=chroot "$1" sh -c "rm -f /usr/lib/python3*/EXTERNALLY-MANAGED; '
                      'ln -sf python3 /usr/bin/python; ln -sf pip3 /usr/bin/pip"')
     if recipe.pip:
         # From PyPI into /usr/local (Debian's Python installs there), ahead of Debian's pip on sys.path.
         ca = "/etc/ssl/certs/ca-certificates.crt"
-        hooks.append(f'--customize-hook=chroot "$1" env SSL_CERT_FILE={ca} PIP_CERT={ca} python3 -m pip install '
+        hooks.append(f'--customize-hook=chroot "$1" env SSL_CERT_FILE={ca} PIP_CERT={ca} {python} -m pip install '
                      f'--quiet --no-cache-dir --disable-pip-version-check --ignore-installed pip=={recipe.pip} '
                      + " ".join(PIP_COMPANIONS))
     hooks += [f"--customize-hook=upload {_APT_WRAPPER} /usr/local/bin/apt-get",
@@ -287,7 +330,7 @@ def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
               f'mkdir -p {STANDIN_DIR}"']
     # Images carry no apt caches; tasks run `apt-get update` first, as with the public images.
     hooks.append('--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin')
-    cmd = ["mmdebstrap", "--variant=minbase", "--quiet", f"--include={','.join(recipe.packages)}",
+    cmd = ["mmdebstrap", "--variant=minbase", "--quiet", f"--include={','.join(packages)}",
            *hooks, recipe.suite, tarball, *_sources(recipe)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     log.append(proc.stdout + proc.stderr)
@@ -296,14 +339,14 @@ def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str]) -> None:
         raise EngineError(f"mmdebstrap {recipe.describe()} failed: {tail[:300]}")
 
 
-def _build(recipe: Recipe, engine: Engine) -> str:
+def _build(recipe: Recipe, engine: Engine, progress=print) -> str:
     """The local image of `recipe` (built once); returns its tag."""
     source = f"localhost/rlpt-base:{recipe.suite}-{recipe.key()}"
     if engine.image_exists(source) and _label(engine, source) == recipe.key():
         return source
     with tempfile.TemporaryDirectory(prefix="rlpt_base_image_") as tmp:
         tarball = os.path.join(tmp, "rootfs.tar")
-        _mmdebstrap(recipe, tarball, [])
+        _mmdebstrap(recipe, tarball, [], progress)
         ca = HOST_CA_BUNDLE if os.path.isfile(HOST_CA_BUNDLE) else "/etc/ssl/certs/ca-certificates.crt"
         changes = [f"ENV {k}={ca}" for k in _CA_ENV] + [
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -316,10 +359,12 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
            pythons: tuple[str, ...] = ()) -> dict[str, str]:
     """Makes every public name in `names` that has a recipe resolvable locally,
     building each recipe once; returns {normalised name: local image id or reason}.
-    `pythons`: the Python versions (`3.13`) the task's tests ask uv for. A name whose
-    own archive cannot be used, or lacks one of `pythons`, gets its recipe's
-    fallback: one line saying so goes to `progress` and to `notes`. The public name
-    is tagged to what this task needs each time (builds run one at a time)."""
+    `pythons`: the Python versions (`3.13`) the task's tests ask uv for; those the
+    archive lacks are compiled in (`with_pythons`). A name whose own archive cannot
+    be used, or whose build fails (a CPython that does not compile), gets its
+    recipe's fallback: one line saying so goes to `progress` and to `notes`. The
+    public name is tagged to what this task needs each time (builds run one at a
+    time)."""
     engine = engine or Engine()
     out: dict[str, str] = {}
     by_recipe: dict[tuple[Recipe, Recipe, str | None], list[str]] = {}
@@ -337,8 +382,9 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
         if recipe is None:
             out[norm] = f"no local stand-in for base image {name!r} (known: python:3.9-3.14, debian:11-13, ubuntu:*, Terminal-Bench's bases, ghcr.io/astral-sh/uv)"
             continue
-        why = unusable(recipe, pythons)
-        use = recipe if why is None else recipe.fallback
+        recipe = with_pythons(recipe, pythons)
+        why = unusable(recipe)
+        use = recipe if why is None else with_pythons(recipe.fallback, pythons)
         if engine.image_exists(norm) and _label(engine, norm) == use.key():
             out[norm] = norm
             if why is not None:
@@ -349,14 +395,14 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
         if why is None:
             progress(f"base image {recipe.describe()} ({len(recipe.packages)} packages) for {', '.join(tags)}: building with mmdebstrap")
             try:
-                source = _build(recipe, engine)
+                source = _build(recipe, engine, progress)
             except EngineError as e:
                 if recipe.fallback is None:
                     raise
-                use, why = recipe.fallback, str(e)
+                use, why = with_pythons(recipe.fallback, pythons), str(e)
         if why is not None:
             _note(f"{', '.join(tags)}: {use.describe()} stands in for {recipe.describe()}: {why}", progress, notes)
-            source = _build(use, engine)
+            source = _build(use, engine, progress)
         engine.tag(source, *tags)
         for t in tags:
             out[t] = t
@@ -371,10 +417,13 @@ def _note(line: str, progress, notes: list[str] | None) -> None:
 
 def table() -> list[tuple[str, str]]:
     """(public names, what stands in for them here), for `python -m environments bases`."""
-    then = "; Debian trixie where the tests ask uv for Python 3.13"
-    rows = [("python:3.9*", "Debian bullseye: python3 3.9, venv, pip " + PIP_VERSION_PY39 + then),
-            ("python:3.10*, python:3.11*", "Debian bookworm: python3 3.11, venv, pip " + PIP_VERSION + then),
-            ("python:3.12* to 3.14*, TB's python-3-13", "Debian trixie: python3 3.13, venv, pip " + PIP_VERSION),
+    then = "; a Python the tests ask uv for and the archive lacks compiled from source (3.9-3.14)"
+    rows = [("python:3.9*, python:3.11*, python:3.13* (no release named)",
+             f"Debian bullseye, bookworm, trixie: Debian's python3 3.9, 3.11, 3.13, venv, pip {PIP_VERSION} "
+             f"({PIP_VERSION_PY39} for 3.9)" + then),
+            ("python:3.X-<release> (bullseye, bookworm, trixie), other python:3.X (trixie)",
+             "that Debian release with CPython 3.X compiled into /usr/local, as the public image" + then),
+            ("TB's python-3-13", "Debian trixie: python3 3.13, venv, pip " + PIP_VERSION),
             ("debian:11, 12, 13 (code names, point releases, -slim)", "that Debian release" + then)]
     for version, code in (("20.04", "focal"), ("22.04", "jammy"), ("24.04", "noble")):
         recipe = _UBUNTU_BY_RELEASE[code]

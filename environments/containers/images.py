@@ -117,9 +117,7 @@ def digest(task_path: str, solution_packages: bool = False) -> str:
         h.update(b"test.sh\0" + test_sh.encode())
     pythons = tests_pythons(test_sh or "")
     for name in base_images(task_path):
-        recipe = bases.recipe_for(name)
-        if recipe is not None and recipe.fallback is not None and bases.lacks(recipe, pythons):
-            recipe = recipe.fallback
+        recipe = bases.resolve(name, pythons)
         h.update(f"base {bases.normalise(name)} {recipe.key() if recipe else bases.known(name)}\n".encode())
     return h.hexdigest()[:16]
 

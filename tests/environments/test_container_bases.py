@@ -33,6 +33,26 @@ def podman():
     return engine.Engine()
 
 
+class _FakeEngine:
+    pull = "never"
+
+    def __init__(self):
+        self.tagged = {}
+
+    def image_exists(self, tag):
+        return False
+
+    def tag(self, source, *tags):
+        self.tagged.update({t: source for t in tags})
+
+
+def _fake_build(built):
+    def build(recipe, eng, progress=None):
+        built.append(recipe)
+        return f"localhost/rlpt-base:{recipe.suite}" + "".join(f"+{v}" for v in recipe.built)
+    return build
+
+
 def test_ubuntu_names_have_ubuntu_recipes_with_debian_as_fallback():
     noble = bases.recipe_for("ubuntu:24.04")
     assert (noble.distro, noble.suite, noble.fallback.suite) == ("ubuntu", "noble", "trixie")
@@ -48,20 +68,10 @@ def test_ubuntu_names_have_ubuntu_recipes_with_debian_as_fallback():
 
 
 def test_an_unreachable_ubuntu_archive_falls_back_to_debian_with_one_line(monkeypatch):
-    class Fake:
-        pull = "never"
-        tagged = {}
-
-        def image_exists(self, tag):
-            return False
-
-        def tag(self, source, *tags):
-            self.tagged.update({t: source for t in tags})
-
     monkeypatch.setattr(bases, "_ubuntu_unusable", lambda suite: "http://archive.ubuntu.com/ubuntu does not answer (timed out)")
-    monkeypatch.setattr(bases, "_build", lambda recipe, eng: f"localhost/rlpt-base:{recipe.suite}")
+    monkeypatch.setattr(bases, "_build", _fake_build([]))
     lines, notes = [], []
-    fake = Fake()
+    fake = _FakeEngine()
     out = bases.ensure(["ubuntu:24.04"], fake, progress=lines.append, notes=notes)
     assert out == {"docker.io/library/ubuntu:24.04": "docker.io/library/ubuntu:24.04"}
     assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:trixie"}
@@ -70,58 +80,76 @@ def test_an_unreachable_ubuntu_archive_falls_back_to_debian_with_one_line(monkey
     assert any("Debian trixie (http://archive.ubuntu.com/ubuntu does not answer" in s for _, s in bases.table())
 
 
-def test_tests_asking_uv_for_a_python_the_ubuntu_release_lacks_get_the_fallback(monkeypatch):
-    class Fake:
-        pull = "never"
-
-        def __init__(self):
-            self.tagged = {}
-
-        def image_exists(self, tag):
-            return False
-
-        def tag(self, source, *tags):
-            self.tagged.update({t: source for t in tags})
-
+def test_a_python_the_tests_ask_uv_for_and_the_archive_lacks_is_compiled_in(monkeypatch):
     monkeypatch.setattr(bases, "_ubuntu_unusable", lambda suite: None)
-    monkeypatch.setattr(bases, "_build", lambda recipe, eng: f"localhost/rlpt-base:{recipe.suite}")
+    built = []
+    monkeypatch.setattr(bases, "_build", _fake_build(built))
     test_sh = "curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh\nuvx \\\n  -p 3.13 \\\n  -w pytest==8.4.1 pytest /tests\n"
     assert images.tests_pythons(test_sh) == ("3.13",)
     assert images.tests_pythons("uv run --python=3.12 --with pytest pytest") == ("3.12",)
-    lines, notes = [], []
-    fake = Fake()
+    fake, lines, notes = _FakeEngine(), [], []
     bases.ensure(["ubuntu:24.04"], fake, progress=lines.append, notes=notes, pythons=images.tests_pythons(test_sh))
-    assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:trixie"}
-    assert notes == ["docker.io/library/ubuntu:24.04: Debian trixie stands in for Ubuntu noble: the tests ask uv "
-                     "for Python 3.13, which Ubuntu noble's archive lacks (uv's own CPython builds come from GitHub)"]
-    # The release's own Python, or none asked for: Ubuntu itself; a Debian base is never checked.
+    assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:noble+3.13"} and notes == []
+    assert (built[-1].distro, built[-1].built, built[-1].describe()) == ("ubuntu", ("3.13",), "Ubuntu noble with CPython 3.13 compiled")
+    # The release's own Python, or none asked for: nothing compiled.
     for pythons in [("3.12",), ()]:
-        fake, notes = Fake(), []
-        bases.ensure(["ubuntu:24.04"], fake, progress=lambda s: None, notes=notes, pythons=pythons)
-        assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:noble"} and notes == []
-    assert bases.unusable(bases.recipe_for("python:3.12-slim"), ("3.9",)) is None  # nothing here has 3.9 and 3.13's tools
-    # A python:3.11 task whose tests ask uv for 3.13: Debian 13's python stand-in, said so.
-    fake, notes = Fake(), []
-    bases.ensure(["python:3.11-slim", "debian:12"], fake, progress=lambda s: None, notes=notes, pythons=("3.13",))
-    assert fake.tagged == {"docker.io/library/python:3.11-slim": "localhost/rlpt-base:trixie",
-                           "docker.io/library/debian:12": "localhost/rlpt-base:trixie"}
-    assert ("docker.io/library/python:3.11-slim: Debian trixie (python3 is 3.13) stands in for Debian bookworm "
-            "(python3 is 3.11): the tests ask uv for Python 3.13, which Debian bookworm's archive "
-            "lacks (uv's own CPython builds come from GitHub)") in notes
-    fake = Fake()
-    bases.ensure(["python:3.11-slim"], fake, progress=lambda s: None, pythons=("3.11",))
-    assert fake.tagged == {"docker.io/library/python:3.11-slim": "localhost/rlpt-base:bookworm"}
+        fake = _FakeEngine()
+        bases.ensure(["ubuntu:24.04"], fake, progress=lambda s: None, pythons=pythons)
+        assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:noble"}
+    # A Python no source is known for: nothing here has it, the recipe as it is.
+    assert bases.with_pythons(bases.recipe_for("python:3.13-slim"), ("3.8",)) == bases.recipe_for("python:3.13-slim")
+    # A python:3.11 task whose tests ask uv for 3.13: bookworm's python3 3.11 with 3.13 beside it.
+    fake = _FakeEngine()
+    bases.ensure(["python:3.11-slim", "debian:12"], fake, progress=lambda s: None, pythons=("3.13",))
+    assert fake.tagged == {"docker.io/library/python:3.11-slim": "localhost/rlpt-base:bookworm+3.13",
+                           "docker.io/library/debian:12": "localhost/rlpt-base:bookworm+3.13"}
+    py311 = bases.resolve("python:3.11-slim", ("3.13",))
+    assert (py311.python, py311.built, "python3" in py311.packages) == ("3.11", ("3.13",), True)
+
+
+def test_a_compile_that_fails_falls_back_with_one_line(monkeypatch):
+    monkeypatch.setattr(bases, "_ubuntu_unusable", lambda suite: None)
+    built = []
+
+    def build(recipe, eng, progress=None):
+        if recipe.built:
+            raise engine.EngineError("compiling CPython 3.13.15 on noble failed: rlpt-cpython: compile failed at make")
+        return _fake_build(built)(recipe, eng)
+    monkeypatch.setattr(bases, "_build", build)
+    fake, notes = _FakeEngine(), []
+    bases.ensure(["ubuntu:24.04"], fake, progress=lambda s: None, notes=notes, pythons=("3.13",))
+    assert fake.tagged == {"docker.io/library/ubuntu:24.04": "localhost/rlpt-base:trixie"}
+    assert notes == ["docker.io/library/ubuntu:24.04: Debian trixie stands in for Ubuntu noble with CPython 3.13 compiled: "
+                     "compiling CPython 3.13.15 on noble failed: rlpt-cpython: compile failed at make"]
+
+
+def test_python_images_are_their_release_with_that_cpython_as_the_public_images():
+    # The release the tag names; where none, the one whose python3 is 3.X, else trixie.
+    cases = {"python:3.13-slim-bookworm": ("bookworm", "3.13", ("3.13",), "trixie"),
+             "python:3.10-slim-bookworm": ("bookworm", "3.10", ("3.10",), "bookworm"),
+             "python:3.12-slim": ("trixie", "3.12", ("3.12",), "trixie"),
+             "python:3.10": ("trixie", "3.10", ("3.10",), "bookworm"),
+             "python:3.11-slim": ("bookworm", "3.11", (), "trixie"),
+             "python:3.13-slim-trixie": ("trixie", "3.13", (), None),
+             "python:3.9-bullseye": ("bullseye", "3.9", (), "trixie")}
+    for name, (suite, python, built, fallback) in cases.items():
+        r = bases.recipe_for(name)
+        assert (r.suite, r.python, r.built, r.fallback.suite if r.fallback else None) == (suite, python, built, fallback), name
+        assert r.python_links and r.pip and ("python3" in r.packages) == (not built), name
+    assert bases.recipe_for("python:3.15") is None
+    assert bases.recipe_for("python:3.13-slim-bookworm").describe() == "Debian bookworm (python3 is 3.13)"
+    assert bases.recipe_for("python:3.13-slim-bookworm").key() != bases.recipe_for("python:3.13-slim").key()
 
 
 def test_task_image_digest_follows_the_base_the_tests_need(tmp_path, monkeypatch):
     root = _write(tmp_path, {"environment/Dockerfile": "FROM ubuntu:24.04\n",
                              "tests/test.sh": "uvx -p 3.13 -w pytest pytest /tests\n"})
-    noble = bases.recipe_for("ubuntu:24.04")
-    assert bases.lacks(noble, ("3.13",)) and bases.lacks(noble, ("3.12",)) is None
-    on_debian = images.digest(root)
-    monkeypatch.setattr(bases, "lacks", lambda recipe, pythons: None)  # as if Ubuntu had 3.13
-    assert images.digest(root) != on_debian
-
+    with_313 = images.digest(root)
+    _write(tmp_path, {"tests/test.sh": "uvx -p 3.12 -w pytest pytest /tests\n"})
+    noble_own = images.digest(root)
+    _write(tmp_path, {"tests/test.sh": "uvx -p 3.13 -w pytest pytest /tests\n"})
+    monkeypatch.setattr(bases, "with_pythons", lambda recipe, pythons: recipe)  # as if nothing were compiled
+    assert with_313 != noble_own and images.digest(root) not in (with_313, noble_own)
 
 
 def test_ubuntu_stand_in_relaxes_missing_pins_and_maps_renamed_packages(tmp_path, podman):

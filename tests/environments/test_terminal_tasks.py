@@ -566,7 +566,7 @@ def test_base_image_names_resolve_as_podman_resolves_them():
     assert bases.normalise("ubuntu") == "docker.io/library/ubuntu:latest"
     assert bases.normalise("alexgshaw/task:1") == "docker.io/alexgshaw/task:1"
     assert bases.normalise("ghcr.io/laude-institute/t-bench/python-3-13:20250620") == "ghcr.io/laude-institute/t-bench/python-3-13:20250620"
-    assert bases.recipe_for("python:3.13-slim-bookworm").suite == "trixie"
+    assert bases.recipe_for("python:3.13-slim-bookworm").suite == "bookworm"
     assert bases.recipe_for("python:3.11-slim").suite == "bookworm"
     assert bases.recipe_for("example.org/x:1") is None
     docker = "ARG BASE=python:3.13-slim\nFROM ${BASE} AS build\nRUN true\nFROM build\nFROM --platform=linux/amd64 debian:12-slim\n"
