@@ -429,7 +429,7 @@ def table() -> list[tuple[str, str]]:
         recipe = _UBUNTU_BY_RELEASE[code]
         why = unusable(recipe)
         names = f"ubuntu:{version}, ubuntu:{code}" + (", ubuntu:latest, TB's ubuntu-24-04" if code == "noble" else "")
-        rows.append((names, f"Ubuntu {version} {code} from {UBUNTU}" if why is None
+        rows.append((names, f"Ubuntu {version} {code} from {UBUNTU}{then}" if why is None
                      else f"{recipe.fallback.describe()} ({why})"))
     rows += [("other ubuntu:*", _TRIXIE.describe()),
              ("ghcr.io/astral-sh/uv:<version>", "/uv, /uvx from the PyPI wheel")]
