@@ -291,7 +291,8 @@ class TerminalTaskDomain(Domain):
             prepare = self.engine.exec(container, (f"printf '%s' {shlex.quote(hosts)} >> /etc/hosts && " if hosts else "") +
                                        f"mkdir -p {LOGS_PATH}/agent {LOGS_PATH}/verifier {shlex.quote(episode.workdir)} && "
                                        f"chmod 777 {LOGS_PATH} {LOGS_PATH}/agent && "
-                                       "{ ! test -d /etc/apt/apt.conf.d || echo 'Acquire::Retries \"0\";' > /etc/apt/apt.conf.d/99rlpt-offline; }\n",
+                                       "{ ! test -d /etc/apt/apt.conf.d || echo 'Acquire::Retries \"0\";' > /etc/apt/apt.conf.d/99rlpt-offline; }\n"
+                                       + (egress.proxy_config_script() if "registries" in (self.network, self.verifier_network) else ""),
                                        60, user="0")
             if prepare.exit_code != 0:
                 raise engine_mod.EngineError(f"cannot prepare {LOGS_PATH}: {prepare.output.strip()[-200:]}")

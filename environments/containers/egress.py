@@ -77,6 +77,20 @@ def proxy_env(port: int = PROXY_PORT, local: tuple[str, ...] = ()) -> dict[str, 
             "no_proxy": no_proxy, "NO_PROXY": no_proxy, "npm_config_proxy": url, "npm_config_https_proxy": url}
 
 
+def proxy_config_script(port: int = PROXY_PORT) -> str:
+    """Shell lines (run as root in the container) that point what does not read the
+    proxy variables at the proxy: apt's own configuration, and sudo, whose env_reset
+    drops them (`sudo apt-get install`, `sudo pip install` in a solution). Each is
+    written only where its tool's configuration folder exists; harmless where the
+    policy then lets nothing out."""
+    url = f"http://127.0.0.1:{port}"
+    keep = " ".join(proxy_env(port))
+    apt = f'Acquire::http::Proxy "{url}";\\nAcquire::https::Proxy "{url}";\\n'
+    return (f"{{ ! test -d /etc/apt/apt.conf.d || printf '{apt}' > /etc/apt/apt.conf.d/99rlpt-proxy; }}\n"
+            f"{{ mkdir -p /etc/sudoers.d && printf 'Defaults env_keep += \"{keep}\"\\n' > /etc/sudoers.d/rlpt-proxy "
+            f"&& chmod 0440 /etc/sudoers.d/rlpt-proxy; }}\n")
+
+
 # ------------------------------------------------------------------ registries
 
 

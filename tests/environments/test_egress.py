@@ -272,6 +272,10 @@ def test_a_container_on_registries_installs_from_pypi_and_reaches_nothing_else(t
         env.reset(seed=0)
         obs, _, _, _, step = env.step("pip install --quiet --root-user-action=ignore six==1.16.0 && python3 -c 'import six; print(six.__version__)'")
         assert step["verdict"] == "TOOL" and "[exit 0]" in obs and "1.16.0" in obs, obs
+        # What drops the proxy variables still finds the proxy: apt by its own configuration, sudo keeps them.
+        obs, *_ = env.step("env -u http_proxy -u HTTP_PROXY -u https_proxy -u HTTPS_PROXY apt-get update -qq && echo apt-ok; "
+                           "grep -c 'env_keep += \"http_proxy https_proxy' /etc/sudoers.d/rlpt-proxy")
+        assert "apt-ok" in obs and obs.rstrip().endswith("1"), obs
         # The test's own server: not on the container's loopback, and the proxy will not go there.
         obs, *_ = env.step(f"curl -sS --noproxy '*' -m 5 http://127.0.0.1:{port}/; echo; curl -sS -m 5 --noproxy '' -x \"$http_proxy\" "
                            f"http://127.0.0.1:{port}/ -o /dev/null -w '%{{http_code}}'")
@@ -293,8 +297,10 @@ def test_a_container_on_registries_installs_from_pypi_and_reaches_nothing_else(t
     none_id = terminal_tasks.register_task_folder(path, version=1, validate=False)
     env = gymnasium.make(none_id)
     env.reset(seed=0)
-    obs, *_ = env.step("pip install --quiet six==1.16.0 2>&1 | tail -1; echo \"proxy=${https_proxy:-unset}\"")
+    obs, *_ = env.step("pip install --quiet six==1.16.0 2>&1 | tail -1; echo \"proxy=${https_proxy:-unset}\"; "
+                       "ls /etc/apt/apt.conf.d/99rlpt-proxy /etc/sudoers.d/rlpt-proxy 2>/dev/null | wc -l")
     assert "[network:" not in obs and "proxy=unset" in obs and env.unwrapped.task.hidden.gate is None, obs
+    assert obs.rstrip().endswith("0"), obs  # neither proxy file
     env.close()
 
 
