@@ -367,6 +367,11 @@ _CAUSE = re.compile(r"^(E: |ERROR|error|Error:|fatal:|curl: \(\d+\)|wget: |.*Cou
                     r".*No such file or directory|.*not found|.*Permission denied)")
 
 
+# A download the step could not make: named before whatever failed after it (a clone
+# that did not happen, then `cd` into it), so a need for another host is said as such.
+_NETWORK_CAUSE = re.compile(r"Could not resolve host|Temporary failure resolving|unable to access '|Failed to connect to|"
+                            r"CONNECT tunnel failed|rlpt egress proxy: ")
+
 INFRASTRUCTURE = "infrastructure failure, not the task's: "
 
 
@@ -385,8 +390,10 @@ def _reason(output: str) -> str:
         last = next((ln for ln in reversed(lines) if ln.startswith("Error:") or "error" in ln.lower()), lines[-1] if lines else "no output")
         return last[:300]
     step = re.sub(r"\s+", " ", lines[step_at][len("Error: building at STEP "):].split('": while running')[0].strip('"'))
-    cause = next((lines[i] for i in range(step_at - 1, max(-1, step_at - 40), -1)
-                  if _CAUSE.match(lines[i]) and not lines[i].startswith("Error: building")), None)
+    start = next((i for i in range(step_at - 1, -1, -1) if re.match(r"STEP \d+/\d+:", lines[i])), -1)
+    cause = next((ln for ln in lines[start + 1:step_at] if _NETWORK_CAUSE.search(ln)), None)
+    cause = cause or next((lines[i] for i in range(step_at - 1, max(-1, step_at - 40), -1)
+                           if _CAUSE.match(lines[i]) and not lines[i].startswith("Error: building")), None)
     if cause is None and step_at > 0 and not re.match(r"(STEP \d+/\d+:|-->|COMMIT)", lines[step_at - 1]):
         cause = lines[step_at - 1]  # what the failing command printed last
     if cause and "curl: (" in cause:

@@ -196,3 +196,16 @@ def test_a_full_disk_is_the_machine_s_failure_not_the_task_s():
            "processing tar file(write /root/.local/bin/uv: no space left on device): exit status 1\n")
     assert images._infrastructure(out).startswith(images.INFRASTRUCTURE) and "disk is full" in images._infrastructure(out)
     assert images._infrastructure("E: Unable to locate package foo\nError: building at STEP \"RUN apt-get\"") is None
+
+
+def test_a_build_that_could_not_download_says_so_before_what_failed_after():
+    out = ("STEP 4/6: COPY setup.sh ./\n--> 9fc9a5eb49e\nSTEP 5/6: RUN bash /app/setup.sh\nCloning into 'dclm'...\n"
+           "fatal: unable to access 'https://github.com/example/repo.git/': Could not resolve host: github.com\n"
+           "/app/setup.sh: line 4: cd: dclm: No such file or directory\n"
+           "fatal: not a git repository (or any of the parent directories): .git\n"
+           'Error: building at STEP "RUN bash /app/setup.sh": while running runtime: exit status 1\n')
+    assert images._reason(out) == ("fatal: unable to access 'https://github.com/example/repo.git/': Could not resolve "
+                                   "host: github.com (at RUN bash /app/setup.sh)")
+    # Without one, the last cause the step printed.
+    assert images._reason(out.replace("Could not resolve host: github.com", "repository not found").replace(
+        "unable to access", "no repository at")).startswith("fatal: not a git repository")
