@@ -40,6 +40,7 @@ pull the real ones instead (`Engine(pull="missing")`).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import hashlib
 import os
@@ -356,7 +357,7 @@ def _build(recipe: Recipe, engine: Engine, progress=print) -> str:
 
 
 def ensure(names: list[str], engine: Engine | None = None, progress=print, notes: list[str] | None = None,
-           pythons: tuple[str, ...] = ()) -> dict[str, str]:
+           pythons: tuple[str, ...] = (), as_of: str | None = None) -> dict[str, str]:
     """Makes every public name in `names` that has a recipe resolvable locally,
     building each recipe once; returns {normalised name: local image id or reason}.
     `pythons`: the Python versions (`3.13`) the task's tests ask uv for; those the
@@ -364,7 +365,8 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
     be used, or whose build fails (a CPython that does not compile), gets its
     recipe's fallback: one line saying so goes to `progress` and to `notes`. The
     public name is tagged to what this task needs each time (builds run one at a
-    time)."""
+    time). `as_of` (YYYY-MM-DD, `images.as_of`): pip, uv and npm in the image resolve
+    packages uploaded before the end of that day (`resolve_as_of`)."""
     engine = engine or Engine()
     out: dict[str, str] = {}
     by_recipe: dict[tuple[Recipe, Recipe, str | None], list[str]] = {}
@@ -385,7 +387,7 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
         recipe = with_pythons(recipe, pythons)
         why = unusable(recipe)
         use = recipe if why is None else with_pythons(recipe.fallback, pythons)
-        if engine.image_exists(norm) and _label(engine, norm) == use.key():
+        if engine.image_exists(norm) and _label(engine, norm) == _dated(use.key(), as_of):
             out[norm] = norm
             if why is not None:
                 _note(f"{norm}: {use.describe()} stands in for {recipe.describe()}: {why}", progress, notes)
@@ -403,10 +405,40 @@ def ensure(names: list[str], engine: Engine | None = None, progress=print, notes
         if why is not None:
             _note(f"{', '.join(tags)}: {use.describe()} stands in for {recipe.describe()}: {why}", progress, notes)
             source = _build(use, engine, progress)
+        if as_of is not None:
+            source = _as_of_image(source, use, as_of, engine)
         engine.tag(source, *tags)
         for t in tags:
             out[t] = t
     return out
+
+
+def resolve_as_of(day: str) -> dict[str, str]:
+    """The variables that make pip (26 and later), uv and npm resolve packages as of the
+    end of `day` (YYYY-MM-DD): a published image built that day held those."""
+    end = datetime.date.fromisoformat(day) + datetime.timedelta(days=1)
+    stamp = f"{end.isoformat()}T00:00:00Z"
+    return {"PIP_UPLOADED_PRIOR_TO": stamp, "UV_EXCLUDE_NEWER": stamp, "npm_config_before": stamp}
+
+
+def _dated(key: str, as_of: str | None) -> str:
+    return key if as_of is None else f"{key}@{as_of}"
+
+
+def _as_of_image(source: str, recipe: Recipe, as_of: str, engine: Engine) -> str:
+    """`source` with resolve_as_of's variables (one layer, cached by its label)."""
+    tag = f"{source.rsplit(':', 1)[0]}:{recipe.suite}-{recipe.key()}-{as_of}"
+    label = _dated(recipe.key(), as_of)
+    if engine.image_exists(tag) and _label(engine, tag) == label:
+        return tag
+    with tempfile.TemporaryDirectory(prefix="rlpt_base_image_") as ctx:
+        with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+            f.write(f"FROM {source}\n" + "".join(f"ENV {k}={v}\n" for k, v in resolve_as_of(as_of).items())
+                    + f"LABEL {RECIPE_LABEL}={label}\n")
+        ok, out = engine.build(ctx, tag, 300)
+    if not ok:
+        raise EngineError(f"cannot make the as-of-{as_of} layer over {source}: {out.strip()[-200:]}")
+    return tag
 
 
 def _note(line: str, progress, notes: list[str] | None) -> None:

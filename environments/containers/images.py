@@ -38,6 +38,7 @@ import shlex
 import shutil
 import tempfile
 import time
+import tomllib
 
 from environments.containers import bases, compose
 from environments.containers.engine import Engine, EngineError
@@ -102,6 +103,30 @@ def _merge_copy(folders: list[str], dest: str) -> None:
         shutil.copytree(folder, dest, symlinks=True, dirs_exist_ok=True)
 
 
+_DATED_TAG = re.compile(r":[\w.-]*?(20\d\d)(\d\d)(\d\d)$")
+
+
+def as_of(task_path: str) -> str | None:
+    """The day the task's published image was built, YYYY-MM-DD, from its task.toml's
+    `[environment] docker_image` tag (Terminal-Bench 2's `alexgshaw/mteb-retrieve:20251031`),
+    or None. The stand-ins resolve PyPI and npm packages as of then (`bases.ensure`):
+    an unpinned dependency that has since broken its API (`transformers`) installs the
+    version the task was made with, as the published image holds it."""
+    path = os.path.join(task_path, "task.toml")
+    try:
+        with open(path, "rb") as f:
+            image = (tomllib.load(f).get("environment") or {}).get("docker_image")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None  # the folder's loader reports a task.toml it cannot read
+    m = _DATED_TAG.search(image) if isinstance(image, str) else None
+    if m is None:
+        return None
+    year, month, day = (int(g) for g in m.groups())
+    if not (1 <= month <= 12 and 1 <= day <= 31):
+        return None
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
 def digest(task_path: str, solution_packages: bool = False) -> str:
     """Content digest of what the image is built from."""
     h = hashlib.sha256(f"rlpt-task-image {TOOLS_VERSION}\n".encode())
@@ -116,6 +141,7 @@ def digest(task_path: str, solution_packages: bool = False) -> str:
     if test_sh:
         h.update(b"test.sh\0" + test_sh.encode())
     pythons = tests_pythons(test_sh or "")
+    h.update(f"as-of {as_of(task_path)}\n".encode())
     for name in base_images(task_path):
         recipe = bases.resolve(name, pythons)
         h.update(f"base {bases.normalise(name)} {recipe.key() if recipe else bases.known(name)}\n".encode())
@@ -471,7 +497,7 @@ def build(task_path: str, name: str, engine: Engine | None = None, timeout_s: fl
     notes: list[str] = []
     try:
         for image, got in bases.ensure(base_images(task_path), engine, progress=progress or (lambda s: None), notes=notes,
-                                        pythons=tests_pythons(test_script(task_path) or "")).items():
+                                        pythons=tests_pythons(test_script(task_path) or ""), as_of=as_of(task_path)).items():
             if got != image and engine.pull == "never":
                 return Built(name, None, time.monotonic() - start, False, got, None)
         for svc in sidecars(task_path):

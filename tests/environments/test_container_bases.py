@@ -209,3 +209,43 @@ def test_a_build_that_could_not_download_says_so_before_what_failed_after():
     # Without one, the last cause the step printed.
     assert images._reason(out.replace("Could not resolve host: github.com", "repository not found").replace(
         "unable to access", "no repository at")).startswith("fatal: not a git repository")
+
+
+def test_the_day_a_task_s_published_image_was_built_is_read_from_its_tag(tmp_path):
+    def folder(name, toml):
+        return _write(tmp_path / name, {"task.toml": toml, "environment/Dockerfile": "FROM python:3.13-slim\n",
+                                        "tests/test.sh": "true\n"})
+    dated = folder("dated", '[environment]\ndocker_image = "alexgshaw/mteb-retrieve:20251031"\n')
+    assert images.as_of(dated) == "2025-10-31"
+    assert images.as_of(folder("latest", '[environment]\ndocker_image = "example/x:latest"\n')) is None
+    assert images.as_of(folder("none", '[metadata]\ndifficulty = "easy"\n')) is None
+    assert images.as_of(folder("bad-day", '[environment]\ndocker_image = "example/x:20251340"\n')) is None
+    assert images.as_of(folder("broken", "[environment\n")) is None
+    assert bases.resolve_as_of("2025-10-31") == {"PIP_UPLOADED_PRIOR_TO": "2025-11-01T00:00:00Z",
+                                                 "UV_EXCLUDE_NEWER": "2025-11-01T00:00:00Z",
+                                                 "npm_config_before": "2025-11-01T00:00:00Z"}
+    # The date is part of what the image is built from.
+    assert images.digest(dated) != images.digest(folder("later", '[environment]\ndocker_image = "alexgshaw/mteb-retrieve:20251130"\n'))
+
+
+def test_a_dated_task_gets_its_base_with_the_as_of_layer(monkeypatch):
+    monkeypatch.setattr(bases, "_build", _fake_build([]))
+    layered = []
+    monkeypatch.setattr(bases, "_as_of_image", lambda source, recipe, day, eng: layered.append((source, day)) or f"{source}-{day}")
+    fake = _FakeEngine()
+    bases.ensure(["python:3.13-slim"], fake, progress=lambda s: None, as_of="2025-10-31")
+    assert fake.tagged == {"docker.io/library/python:3.13-slim": "localhost/rlpt-base:trixie-2025-10-31"}
+    assert layered == [("localhost/rlpt-base:trixie", "2025-10-31")]
+
+
+def test_pip_in_a_dated_stand_in_resolves_as_of_that_day(tmp_path, podman):
+    # six 1.14.0 was uploaded on 2020-01-15; 1.13.0 on 2019-11-05.
+    docker = "FROM python:3.13-slim\nRUN pip install --dry-run --no-deps --disable-pip-version-check six | grep 'Would install six-1.13.0'\n"
+    path = _write(tmp_path / "as-of", {"instruction.md": "x\n", "environment/Dockerfile": docker, "tests/test.sh": "true\n",
+                                       "task.toml": '[environment]\ndocker_image = "example/as-of:20200101"\n'})
+    built = images.build(path, "as-of", podman, timeout_s=600)
+    assert built.error is None, (built.error, built.log_path)
+    env = subprocess.run(["podman", "run", "--rm", "--network=none", built.tag, "sh", "-c", "echo $UV_EXCLUDE_NEWER"],
+                         capture_output=True, text=True).stdout.strip()
+    assert env == "2020-01-02T00:00:00Z"
+    podman.remove_image(built.tag)
