@@ -22,6 +22,7 @@ and unpacks the tarball (`Recipe.built` in bases.py).
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import lzma
 import os
@@ -225,7 +226,18 @@ def cached(minor: str, distro: str, suite: str) -> Build | None:
 
 def build(minor: str, distro: str, suite: str, sources: list[str], progress=print) -> Build:
     """CPython `minor` compiled on (distro, suite) (`sources`: mmdebstrap's mirror
-    arguments for it), cached; EngineError naming the step that failed."""
+    arguments for it), cached; EngineError naming the step that failed. One process
+    compiles a given (release, version) at a time; another waits and reads its build."""
+    done = cached(minor, distro, suite)
+    if done is not None:
+        return done
+    os.makedirs(cache_dir(), exist_ok=True)
+    with open(os.path.join(cache_dir(), f".{distro}-{suite}-{minor}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(minor, distro, suite, sources, progress)
+
+
+def _build_locked(minor: str, distro: str, suite: str, sources: list[str], progress) -> Build:
     done = cached(minor, distro, suite)
     if done is not None:
         return done
