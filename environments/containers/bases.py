@@ -336,8 +336,10 @@ def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str], progress=print) ->
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     log.append(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise EngineError(f"mmdebstrap {recipe.describe()} failed: {tail[:300]}")
+        said = [ln.strip() for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["no message"]
+        # apt's first error names the cause (a package it cannot find); mmdebstrap's last only that it failed.
+        first = next((ln for ln in said if ln.startswith("E: ") and "mmdebstrap failed" not in ln), None)
+        raise EngineError(f"mmdebstrap {recipe.describe()} failed: " + "; ".join(dict.fromkeys(filter(None, (first, said[-1]))))[:300])
 
 
 def _build(recipe: Recipe, engine: Engine, progress=print) -> str:

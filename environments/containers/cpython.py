@@ -48,7 +48,7 @@ SOURCES = {
     "3.14": (("debian", "forky"), ("debian", "sid")),
 }
 # How a build is made; a change rebuilds every cached CPython.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 BUILD_DEPENDS = ("build-essential", "pkg-config", "xz-utils", "libssl-dev", "zlib1g-dev", "libffi-dev", "libsqlite3-dev",
                  "libbz2-dev", "liblzma-dev", "libreadline-dev", "libncurses-dev", "uuid-dev", "libgdbm-dev")
 BUILD_TIMEOUT_S = 3600
@@ -73,9 +73,9 @@ tar -C / -cf /tmp/python.tar usr/local
 ldd "/usr/local/bin/python$version" /usr/local/lib/libpython*.so* /usr/local/lib/python"$version"/lib-dynload/*.so \
   | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | grep -v '^/usr/local/' | sort -u | while read -r lib; do
     for p in "$lib" "$(readlink -f "$lib")" "/usr$lib" "${lib#/usr}"; do
-      dpkg-query -S "$p" 2>/dev/null && break
+      dpkg-query -S "$p" 2>/dev/null | grep -v '^diversion by ' | grep -q . && { dpkg-query -S "$p" 2>/dev/null; break; }
     done
-  done | cut -d: -f1 | sort -u > /tmp/runtime.txt
+  done > /tmp/runtime.txt
 """.replace("@FAILED@", _FAILED)
 
 
@@ -155,6 +155,20 @@ def parse_sources(text: str, package: str) -> dict[str, str] | None:
                 if best is None or _version_key(entry["Version"]) > _version_key(best["Version"]):
                     best = entry
     return best
+
+
+def owners(dpkg_s: str) -> tuple[str, ...]:
+    """The packages `dpkg-query -S` output names (`libssl3t64:amd64: /usr/lib/...`,
+    `pkg1, pkg2: /path`), less its diversion lines (`diversion by libreadline8t64 from: ...`)."""
+    names = set()
+    for line in dpkg_s.splitlines():
+        if not line.strip() or line.startswith("diversion by ") or ": " not in line:
+            continue
+        for name in line.split(": ", 1)[0].split(", "):
+            name = name.strip().split(":", 1)[0]
+            if re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name):
+                names.add(name)
+    return tuple(sorted(names))
 
 
 def _version_key(version: str) -> tuple:
@@ -278,7 +292,7 @@ def _build_locked(minor: str, distro: str, suite: str, sources: list[str], progr
                     f.write(f"{BUILD_VERSION}\n{why}\n")
             raise EngineError(why)
         with open(os.path.join(tmp, "runtime.txt")) as f:
-            packages = tuple(sorted({p.strip() for p in f if p.strip()}))
+            packages = owners(f.read())
         shutil.rmtree(root, ignore_errors=True)
         os.makedirs(root)
         shutil.move(os.path.join(tmp, "python.tar"), os.path.join(root, "python.tar"))

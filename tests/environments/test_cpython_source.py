@@ -108,3 +108,14 @@ def test_the_build_script_marks_its_own_failures():
     # Only the compile's own failures are cached (a network error is retried next time).
     assert cpython._BUILD_SH.count(f'FAILED="{cpython._FAILED}"') == 1 and cpython._BUILD_SH.count("$FAILED") == 4
     assert "make altinstall" in cpython._BUILD_SH and "--prefix=/usr/local" in cpython._BUILD_SH
+
+
+def test_the_runtime_packages_are_read_from_dpkg_s_without_its_diversion_lines():
+    # As Ubuntu 24.04 answers for libreadline's files (t64 transition diversions).
+    out = ("diversion by libreadline8t64 from: /lib/x86_64-linux-gnu/libreadline.so.8\n"
+           "diversion by libreadline8t64 to: /lib/x86_64-linux-gnu/libreadline.so.8.usr-is-merged\n"
+           "libreadline8t64:amd64: /lib/x86_64-linux-gnu/libreadline.so.8\n"
+           "libssl3t64:amd64: /usr/lib/x86_64-linux-gnu/libssl.so.3\n"
+           "libc6:amd64, libc6-dev:amd64: /usr/lib/x86_64-linux-gnu/libm.so.6\n"
+           "zlib1g:amd64: /lib/x86_64-linux-gnu/libz.so.1\n\n")
+    assert cpython.owners(out) == ("libc6", "libc6-dev", "libreadline8t64", "libssl3t64", "zlib1g")
