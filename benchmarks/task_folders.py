@@ -72,7 +72,7 @@ def _category(reason: str) -> str:
         (r"several containers", "several containers (docker-compose services)"),
         (r"separate verifier", "a separate verifier container"),
         (r"ran past|took over", "build ran past its time limit"),
-        (r"Could not resolve|unable to access|Failed to download|Failed to connect|Connection refused|"
+        (r"Could not resolve|unable to access|Failed to download|Failed to connect|Connection refused|Name or service not known|"
          r"SSL|certificate|\b40[34]\b|wget|curl", "build downloads from a host other than the package registries"),
         (r"Unable to locate package|has no installation candidate|E: Package|E: Version", "apt package or version not in the stand-in (Debian)"),
         (r"pip|No matching distribution|metadata-generation|wheel", "pip install failed in the build"),

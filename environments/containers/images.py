@@ -396,7 +396,7 @@ _CAUSE = re.compile(r"^(E: |ERROR|error|Error:|fatal:|curl: \(\d+\)|wget: |.*Cou
 # A download the step could not make: named before whatever failed after it (a clone
 # that did not happen, then `cd` into it), so a need for another host is said as such.
 _NETWORK_CAUSE = re.compile(r"Could not resolve host|Temporary failure resolving|unable to access '|Failed to connect to|"
-                            r"CONNECT tunnel failed|rlpt egress proxy: ")
+                            r"CONNECT tunnel failed|rlpt egress proxy: |Name or service not known.*https?://")
 
 INFRASTRUCTURE = "infrastructure failure, not the task's: "
 

@@ -206,6 +206,11 @@ def test_a_build_that_could_not_download_says_so_before_what_failed_after():
            'Error: building at STEP "RUN bash /app/setup.sh": while running runtime: exit status 1\n')
     assert images._reason(out) == ("fatal: unable to access 'https://github.com/example/repo.git/': Could not resolve "
                                    "host: github.com (at RUN bash /app/setup.sh)")
+    hf = ("STEP 7/9: RUN python3 prepare.py\n'[Errno -2] Name or service not known' thrown while requesting HEAD "
+          "https://huggingface.co/datasets/x/y/resolve/main/README.md\nRetrying in 1s [Retry 1/5].\n"
+          "FileNotFoundError: Couldn't find any data file at /app/x/y.\n"
+          'Error: building at STEP "RUN python3 prepare.py": while running runtime: exit status 1\n')
+    assert images._reason(hf).startswith("'[Errno -2] Name or service not known' thrown while requesting HEAD https://huggingface.co/")
     # Without one, the last cause the step printed.
     assert images._reason(out.replace("Could not resolve host: github.com", "repository not found").replace(
         "unable to access", "no repository at")).startswith("fatal: not a git repository")
