@@ -57,10 +57,8 @@ import zipfile
 from environments.containers import cpython
 from environments.containers.engine import Engine, EngineError
 
-DEBIAN = "http://deb.debian.org/debian"
-UBUNTU = "http://archive.ubuntu.com/ubuntu"
+DEBIAN, UBUNTU, UBUNTU_KEYRING = cpython.DEBIAN, cpython.UBUNTU, cpython.UBUNTU_KEYRING
 UBUNTU_SECURITY = "http://security.ubuntu.com/ubuntu"
-UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"  # Debian's ubuntu-keyring package
 # pip as the public python:* images have it (installed by pip, with a RECORD, in
 # /usr/local), so a Dockerfile's `pip install --upgrade pip` can uninstall it.
 PIP_VERSION = "26.3"
@@ -306,7 +304,8 @@ def _mmdebstrap(recipe: Recipe, tarball: str, log: list[str], progress=print) ->
         hooks += [f"--customize-hook=upload {HOST_CA_BUNDLE} /usr/local/share/ca-certificates/rlpt-host-trusted.crt",
                   '--customize-hook=chroot "$1" update-ca-certificates --fresh >/dev/null 2>&1']
     for version in recipe.built:
-        build = cpython.build(version, recipe.distro, recipe.suite, _sources(recipe), progress)
+        build = cpython.build(version, recipe.distro, recipe.suite, _sources(recipe), os.path.join(CACHE_DIR, "cpython"),
+                              progress)
         packages += [p for p in build.packages if p not in packages]
         hooks += [f"--customize-hook=tar-in {build.tarball} /", '--customize-hook=chroot "$1" ldconfig']
     python = "python3"
@@ -429,7 +428,7 @@ def _dated(key: str, as_of: str | None) -> str:
 
 def _as_of_image(source: str, recipe: Recipe, as_of: str, engine: Engine) -> str:
     """`source` with resolve_as_of's variables (one layer, cached by its label)."""
-    tag = f"{source.rsplit(':', 1)[0]}:{recipe.suite}-{recipe.key()}-{as_of}"
+    tag = f"{source}-{as_of}"
     label = _dated(recipe.key(), as_of)
     if engine.image_exists(tag) and _label(engine, tag) == label:
         return tag

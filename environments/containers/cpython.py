@@ -13,7 +13,7 @@ its `python3.X` source package, checked as apt checks it: the suite's InRelease
 verified with gpgv against the archive's keyring on this machine, then the
 Sources index and the tarball by their SHA-256. It is compiled once per
 (release, version) in a throwaway mmdebstrap chroot with the build dependencies
-and cached under CACHE_DIR/cpython: a tarball of /usr/local and the list of the
+and cached (bases.py: under CACHE_DIR/cpython): a tarball of /usr/local and the list of the
 release's packages its libraries load (from `ldd` and `dpkg-query -S`, so no
 package names are guessed per release); the stand-in installs those packages
 and unpacks the tarball (`Recipe.built` in bases.py).
@@ -34,10 +34,12 @@ import urllib.request
 
 from environments.containers.engine import EngineError
 
+# The archives and their keys (bases.py builds the stand-ins from the same ones).
+DEBIAN = "http://deb.debian.org/debian"
+UBUNTU = "http://archive.ubuntu.com/ubuntu"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
-ARCHIVES = {"debian": ("http://deb.debian.org/debian", DEBIAN_KEYRING),
-            "ubuntu": ("http://archive.ubuntu.com/ubuntu", UBUNTU_KEYRING)}
+UBUNTU_KEYRING = "/usr/share/keyrings/ubuntu-archive-keyring.gpg"  # Debian's ubuntu-keyring package
+ARCHIVES = {"debian": (DEBIAN, DEBIAN_KEYRING), "ubuntu": (UBUNTU, UBUNTU_KEYRING)}
 # Where each CPython minor's source package is, newest patch release first.
 SOURCES = {
     "3.9": (("debian", "bullseye"),),
@@ -94,11 +96,6 @@ class Build:
     source: Source
     tarball: str  # /usr/local, as a tar
     packages: tuple[str, ...]  # the release's packages its libraries load
-
-
-def cache_dir() -> str:
-    from environments.containers.bases import CACHE_DIR
-    return os.path.join(CACHE_DIR, "cpython")
 
 
 def _get(url: str, timeout: int = 120) -> bytes:
@@ -182,10 +179,9 @@ def find(minor: str) -> Source:
     tried = []
     for distro, suite in SOURCES[minor]:
         archive, keyring = ARCHIVES[distro]
-        component = "main"
+        index = "main/source/Sources.xz"
         try:
             release = _verified_release(archive, keyring, suite)
-            index = f"{component}/source/Sources.xz"
             raw = _get(f"{archive}/dists/{suite}/{index}", timeout=300)
             if hashlib.sha256(raw).hexdigest() != _sha256_of(release, index):
                 raise EngineError(f"{archive} {suite} {index}: SHA-256 differs from InRelease")
@@ -202,8 +198,8 @@ def find(minor: str) -> Source:
     raise EngineError(f"no CPython {minor} source reachable: " + "; ".join(tried))
 
 
-def _tarball(source: Source) -> str:
-    path = os.path.join(cache_dir(), "src", os.path.basename(source.url))
+def _tarball(source: Source, cache: str) -> str:
+    path = os.path.join(cache, "src", os.path.basename(source.url))
     if os.path.isfile(path) and _file_sha256(path) == source.sha256:
         return path
     data = _get(source.url, timeout=600)
@@ -224,9 +220,9 @@ def _file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def cached(minor: str, distro: str, suite: str) -> Build | None:
-    """A build of `minor` for (distro, suite) already in the cache (no network), or None."""
-    root = os.path.join(cache_dir(), f"{distro}-{suite}", minor)
+def cached(minor: str, distro: str, suite: str, cache: str) -> Build | None:
+    """A build of `minor` for (distro, suite) already in the folder `cache` (no network), or None."""
+    root = os.path.join(cache, f"{distro}-{suite}", minor)
     meta = os.path.join(root, "build.txt")
     if not os.path.isfile(meta):
         return None
@@ -238,24 +234,24 @@ def cached(minor: str, distro: str, suite: str) -> Build | None:
     return Build(source, os.path.join(root, "python.tar"), tuple(fields["packages"].split()))
 
 
-def build(minor: str, distro: str, suite: str, sources: list[str], progress=print) -> Build:
+def build(minor: str, distro: str, suite: str, sources: list[str], cache: str, progress=print) -> Build:
     """CPython `minor` compiled on (distro, suite) (`sources`: mmdebstrap's mirror
-    arguments for it), cached; EngineError naming the step that failed. One process
+    arguments for it), cached in the folder `cache`; EngineError naming the step that failed. One process
     compiles a given (release, version) at a time; another waits and reads its build."""
-    done = cached(minor, distro, suite)
+    done = cached(minor, distro, suite, cache)
     if done is not None:
         return done
-    os.makedirs(cache_dir(), exist_ok=True)
-    with open(os.path.join(cache_dir(), f".{distro}-{suite}-{minor}.lock"), "w") as lock:
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, f".{distro}-{suite}-{minor}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build_locked(minor, distro, suite, sources, progress)
+        return _build_locked(minor, distro, suite, sources, cache, progress)
 
 
-def _build_locked(minor: str, distro: str, suite: str, sources: list[str], progress) -> Build:
-    done = cached(minor, distro, suite)
+def _build_locked(minor: str, distro: str, suite: str, sources: list[str], cache: str, progress) -> Build:
+    done = cached(minor, distro, suite, cache)
     if done is not None:
         return done
-    root = os.path.join(cache_dir(), f"{distro}-{suite}", minor)
+    root = os.path.join(cache, f"{distro}-{suite}", minor)
     failed = os.path.join(root, "failed.txt")
     if os.path.isfile(failed):  # a compile that failed is not retried for every task (remove the file to retry)
         with open(failed) as f:
@@ -265,11 +261,10 @@ def _build_locked(minor: str, distro: str, suite: str, sources: list[str], progr
     if shutil.which("mmdebstrap") is None:
         raise EngineError("mmdebstrap is not installed (launch/setup_system.sh installs it)")
     source = find(minor)
-    tarball = _tarball(source)
+    tarball = _tarball(source, cache)
     progress(f"CPython {source.version} (source package {source.package}, {source.origin}): compiling on "
              f"{distro.capitalize()} {suite}, once (several minutes)")
-    os.makedirs(cache_dir(), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_dir(), prefix="build-") as tmp:
+    with tempfile.TemporaryDirectory(dir=cache, prefix="build-") as tmp:
         script = os.path.join(tmp, "build.sh")
         with open(script, "w") as f:
             f.write(_BUILD_SH)
@@ -300,4 +295,4 @@ def _build_locked(minor: str, distro: str, suite: str, sources: list[str], progr
             f.write("".join(f"{k}={v}\n" for k, v in (
                 ("build", BUILD_VERSION), ("version", source.version), ("package", source.package), ("url", source.url),
                 ("sha256", source.sha256), ("origin", source.origin), ("packages", " ".join(packages)))))
-    return cached(minor, distro, suite)
+    return cached(minor, distro, suite, cache)

@@ -68,16 +68,15 @@ def test_find_checks_the_index_and_the_tarball_against_the_signed_release(monkey
         return files[url]
     monkeypatch.setattr(cpython, "_get", get)
     monkeypatch.setattr(cpython, "_verified_release", lambda archive, keyring, suite: release)
-    monkeypatch.setattr(cpython, "cache_dir", lambda: str(tmp_path))
     source = cpython.find("3.13")
     assert (source.version, source.package, source.origin) == ("3.13.15", "3.13.15-1", "debian forky")
-    with open(cpython._tarball(source), "rb") as f:
+    with open(cpython._tarball(source, str(tmp_path)), "rb") as f:
         assert f.read() == tarball
     # A tarball or an index that is not what the signed Release says is refused, never used.
     files[source.url] = b"tampered"
     (tmp_path / "src" / "python3.13_3.13.15.orig.tar.xz").unlink()
     with pytest.raises(EngineError, match="SHA-256 differs"):
-        cpython._tarball(source)
+        cpython._tarball(source, str(tmp_path))
     files["http://deb.debian.org/debian/dists/forky/main/source/Sources.xz"] = lzma.compress(b"Package: python3.13\n")
     with pytest.raises(EngineError, match=r"no CPython 3\.13 source reachable: debian forky: .*SHA-256 differs.*; "
                                           r"debian trixie: cannot download"):
@@ -87,21 +86,20 @@ def test_find_checks_the_index_and_the_tarball_against_the_signed_release(monkey
 
 
 def test_a_build_is_read_back_from_the_cache_and_a_failed_compile_is_not_retried(monkeypatch, tmp_path):
-    monkeypatch.setattr(cpython, "cache_dir", lambda: str(tmp_path))
-    assert cpython.cached("3.13", "debian", "bookworm") is None
+    assert cpython.cached("3.13", "debian", "bookworm", str(tmp_path)) is None
     root = tmp_path / "debian-bookworm" / "3.13"
     root.mkdir(parents=True)
     (root / "python.tar").write_bytes(b"")
     (root / "build.txt").write_text(f"build={cpython.BUILD_VERSION}\nversion=3.13.15\npackage=3.13.15-1\nurl=http://x/y.tar.xz\n"
                                     f"sha256={'b' * 64}\norigin=debian forky\npackages=libffi8 libssl3 zlib1g\n")
-    build = cpython.build("3.13", "debian", "bookworm", [], progress=None)  # from the cache: nothing asked
+    build = cpython.build("3.13", "debian", "bookworm", [], str(tmp_path), progress=None)  # from the cache: nothing asked
     assert build.packages == ("libffi8", "libssl3", "zlib1g") and build.source.version == "3.13.15"
     (root / "build.txt").write_text("build=0\n")  # another way of building: not this one
-    assert cpython.cached("3.13", "debian", "bookworm") is None
+    assert cpython.cached("3.13", "debian", "bookworm", str(tmp_path)) is None
     (root / "failed.txt").write_text(f"{cpython.BUILD_VERSION}\ncompiling CPython 3.13.15 on bookworm failed: make\n")
     monkeypatch.setattr(cpython.shutil, "which", lambda name: "/usr/bin/" + name)
     with pytest.raises(EngineError, match=r"failed: make \(an earlier attempt; remove .*failed.txt to retry\)"):
-        cpython.build("3.13", "debian", "bookworm", [], progress=None)
+        cpython.build("3.13", "debian", "bookworm", [], str(tmp_path), progress=None)
 
 
 def test_the_build_script_marks_its_own_failures():
