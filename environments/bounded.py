@@ -29,7 +29,9 @@ from environments.verdicts import Grade, Problem, ToolReply
 
 PROBES = 64            # draws that check a bound leaves enough of a domain's tasks
 MIN_SHARE = 1 / 8      # ... at least this share of them
-QUICK_PROBES, QUICK_MARGIN = 16, 1.25  # none of the first 16 fits, all 1.25x over: refused early
+# Early refusals: none of the first n draws fits and the shortest prompt is more
+# than m times the bound. The farther over, the fewer draws it takes.
+QUICK_REFUSALS = ((4, 2.0), (16, 1.25))
 # Redraws before a reset gives up: at a 1-in-8 share, (7/8)^1024 ~ 1e-59.
 MAX_REDRAWS = 1024
 
@@ -101,10 +103,11 @@ def probe(domain: registry.Domain, max_prompt_chars: int, max_demo_chars: int | 
     fixed rng, stopping once the verdict is settled: at MIN_SHARE * probes
     tasks that fit (the bound is kept), or when too few draws are left to
     reach that (it is refused), the same verdict all `probes` draws give.
-    One shortcut: when none of the first QUICK_PROBES tasks fits and the
-    shortest of them is more than QUICK_MARGIN times the bound, the bound is
-    refused there (a domain whose prompts are that long leaves almost no task
-    under it; some generators take seconds per draw)."""
+    One shortcut: when none of the first n tasks fits and the shortest of
+    them is more than m times the bound, for an (n, m) of QUICK_REFUSALS (4
+    tasks at twice the bound, 16 at 1.25 times), the bound is refused there
+    (a domain whose prompts are that long leaves almost no task under it;
+    some generators take seconds per draw)."""
     rng = np.random.default_rng(0)
     need = int(np.ceil(MIN_SHARE * probes))
     ok, tasks = 0, []
@@ -114,8 +117,8 @@ def probe(domain: registry.Domain, max_prompt_chars: int, max_demo_chars: int | 
         ok += fits(task, max_prompt_chars, max_demo_chars)
         if ok >= need or ok + (probes - i - 1) < need:
             break
-        if ok == 0 and len(tasks) == QUICK_PROBES and min(
-                _utf8_len(t.prompt) for t in tasks) > QUICK_MARGIN * max_prompt_chars:
+        if ok == 0 and any(len(tasks) == n and min(_utf8_len(t.prompt) for t in tasks)
+                           > margin * max_prompt_chars for n, margin in QUICK_REFUSALS):
             break
     return ok, tasks
 

@@ -8,7 +8,15 @@ import os
 # The suite's 8 devices share 2 cores with the sandbox's jobs and, in the
 # asynchronous tests, with a second program on other threads, so a slow
 # arrival is load, not a hang: give it 10 more minutes.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+# The suite compiles far more than it runs (thousands of programs at tiny
+# shapes): XLA:CPU's backend at optimisation level 0 compiles them in about half
+# the time (benchmarks/device.py --quick: 81 s -> 42 s). Its bits differ from the
+# default level's, so every process the suite starts compiles at the same level
+# (tests/multiproc.py's cpu_env and the workers read RLPT_TEST_COMPILE_FLAGS);
+# RLPT_TEST_COMPILE_FLAGS= (empty) runs the suite at XLA's default level.
+os.environ.setdefault("RLPT_TEST_COMPILE_FLAGS", "--xla_backend_optimization_level=0")
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
+                           os.environ["RLPT_TEST_COMPILE_FLAGS"] +
                            " --xla_force_host_platform_device_count=8"
                            " --xla_cpu_collective_call_terminate_timeout_seconds=600").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -10,10 +10,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cpu_env() -> dict:
-  """The environment of a worker: CPU only, and no XLA_FLAGS (the worker sets its own devices)."""
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env["JAX_PLATFORMS"] = "cpu"
-  return env
+  """The environment of a worker: CPU only, and XLA_FLAGS with the suite's
+  compile flags alone (the worker sets its own devices)."""
+  return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": compile_flags()}
+
+
+def compile_flags() -> str:
+  """The XLA flags every process of the suite compiles with (tests/conftest.py)."""
+  return os.environ.get("RLPT_TEST_COMPILE_FLAGS", "")
 
 
 def run_processes(worker: str, args: Callable[[int], list[str]], n: int, timeout: float) -> None:

@@ -19,6 +19,11 @@ def test_there_is_a_quickstart():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_notebook_executes(path, tmp_path, monkeypatch):
   monkeypatch.setenv("MPLBACKEND", "Agg")
+  # The kernel compiles at XLA's default level: the quickstart runs more than it
+  # compiles (600 pre-training steps), which level 0 (tests/conftest.py) slows.
+  flags = os.environ.get("XLA_FLAGS", "").split()
+  skip = set(os.environ.get("RLPT_TEST_COMPILE_FLAGS", "").split())
+  monkeypatch.setenv("XLA_FLAGS", " ".join(f for f in flags if f not in skip))
   # The kernel's temporary files go to a folder of this test's own, so what the
   # notebook leaves behind is told apart from other tests' (make test runs two
   # workers at once).

@@ -56,7 +56,8 @@ def _rows(workdir):
 
 def _env(cache_dir):
   env = dict(os.environ)
-  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+  env.update(XLA_FLAGS=os.environ.get("RLPT_TEST_COMPILE_FLAGS", "") +  # tests/conftest.py
+             " --xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
              # The three launches compile the same programs: compile once.
              JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")

@@ -13,7 +13,8 @@ import sys
 import types
 
 out_path, local_devices = sys.argv[1:3]
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+os.environ["XLA_FLAGS"] = (os.environ.get("RLPT_TEST_COMPILE_FLAGS", "") +  # the suite's level
+                           f" --xla_force_host_platform_device_count={local_devices}").strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

@@ -24,7 +24,8 @@ RESUME_CONFIG = os.path.join(ROOT, "tests", "checkpoint", "_resume_config.py")
 
 
 def _env(**extra):
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  # XLA_FLAGS: the suite's compile flags alone (tests/conftest.py), no device count.
+  env = {**os.environ, "XLA_FLAGS": os.environ.get("RLPT_TEST_COMPILE_FLAGS", "")}
   env.update(JAX_PLATFORMS="cpu", **extra)
   return env
 

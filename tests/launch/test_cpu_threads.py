@@ -41,7 +41,8 @@ print(hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in parts)).hexdigest
 
 def _run(threads, cores, xla_flags=""):
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PJRT_NPROC")}
-  env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags)
+  env.update(JAX_PLATFORMS="cpu",  # the suite's compile flags (tests/conftest.py), then the test's
+             XLA_FLAGS=f"{os.environ.get('RLPT_TEST_COMPILE_FLAGS', '')} {xla_flags}".strip())
   r = subprocess.run(["taskset", "-c", cores, sys.executable, "-c", PROBE, str(threads)],
                      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
