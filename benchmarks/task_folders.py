@@ -290,6 +290,9 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write every row here")
     parser.add_argument("--remove_images", action="store_true",
                         help="untag each task's image after its row (a run over many tasks fits the disk)")
+    parser.add_argument("--as_of", default=None,
+                        help="YYYY-MM-DD: tasks whose task.toml names no dated image resolve PyPI/npm/uv "
+                             f"packages as of that day (${images.AS_OF_ENV})")
     parser.add_argument("--report", default=None, help="print the report of rows saved by --json (build reasons re-read from logs)")
     args = parser.parse_args()
     why = engine_mod.available()
@@ -309,6 +312,9 @@ def main() -> int:
     if args.overhead:
         overhead(args.overhead, args.episodes)
         return 0
+    if args.as_of is not None:
+        os.environ[images.AS_OF_ENV] = args.as_of
+        images.default_as_of()  # a malformed day stops here, naming it
     engine = engine_mod.Engine()
     paths = task_folders(args.roots, args.limit_per_root)
     rows = []

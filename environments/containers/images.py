@@ -30,6 +30,7 @@ version, so an unchanged task is not rebuilt (`cached` in the result).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -104,14 +105,37 @@ def _merge_copy(folders: list[str], dest: str) -> None:
 
 
 _DATED_TAG = re.compile(r":[\w.-]*?(20\d\d)(\d\d)(\d\d)$")
+# The day for tasks that name none (a Harbor folder has no dated image): the day
+# their folder was published, say. YYYY-MM-DD; unset, such tasks resolve today's packages.
+AS_OF_ENV = "RLPT_PACKAGES_AS_OF"
 
 
 def as_of(task_path: str) -> str | None:
     """The day the task's published image was built, YYYY-MM-DD, from its task.toml's
     `[environment] docker_image` tag (Terminal-Bench 2's `alexgshaw/mteb-retrieve:20251031`),
-    or None. The stand-ins resolve PyPI and npm packages as of then (`bases.ensure`):
-    an unpinned dependency that has since broken its API (`transformers`) installs the
-    version the task was made with, as the published image holds it."""
+    else the day in $RLPT_PACKAGES_AS_OF, else None. The stand-ins resolve PyPI and npm
+    packages as of then (`bases.ensure`): an unpinned dependency that has since broken
+    its API (`transformers`, `mcp`) installs the version the task was made with, as the
+    published image holds it."""
+    return _tagged_day(task_path) or default_as_of()
+
+
+def default_as_of() -> str | None:
+    """$RLPT_PACKAGES_AS_OF, checked: ValueError naming the value unless it is a YYYY-MM-DD day."""
+    value = os.environ.get(AS_OF_ENV, "")
+    if not value:
+        return None
+    try:
+        day = datetime.date.fromisoformat(value)
+    except ValueError:
+        day = None
+    if day is None or len(value) != 10:
+        raise ValueError(f"{AS_OF_ENV}={value!r}: expected a day as YYYY-MM-DD (the day whose "
+                         "packages tasks without a dated image resolve), e.g. 2026-05-30")
+    return day.isoformat()
+
+
+def _tagged_day(task_path: str) -> str | None:
     path = os.path.join(task_path, "task.toml")
     try:
         with open(path, "rb") as f:

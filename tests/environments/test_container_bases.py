@@ -233,6 +233,24 @@ def test_the_day_a_task_s_published_image_was_built_is_read_from_its_tag(tmp_pat
     assert images.digest(dated) != images.digest(folder("later", '[environment]\ndocker_image = "alexgshaw/mteb-retrieve:20251130"\n'))
 
 
+def test_tasks_without_a_dated_image_take_the_run_s_day(tmp_path, monkeypatch):
+    def folder(name, toml):
+        return _write(tmp_path / name, {"task.toml": toml, "environment/Dockerfile": "FROM python:3.13-slim\n",
+                                        "tests/test.sh": "true\n"})
+    harbor = folder("harbor", '[metadata]\ndifficulty = "easy"\n')
+    dated = folder("dated", '[environment]\ndocker_image = "alexgshaw/mteb-retrieve:20251031"\n')
+    plain = images.digest(harbor)
+    monkeypatch.setenv(images.AS_OF_ENV, "2026-05-30")
+    assert images.as_of(harbor) == "2026-05-30" and images.as_of(dated) == "2025-10-31"  # the task's own day first
+    assert images.digest(harbor) != plain  # a rebuild, with the day's layer
+    for bad in ("2026-5-30", "20260530", "2026-02-30", "yesterday"):
+        monkeypatch.setenv(images.AS_OF_ENV, bad)
+        with pytest.raises(ValueError, match=f"RLPT_PACKAGES_AS_OF='{bad}': expected a day as YYYY-MM-DD"):
+            images.as_of(harbor)
+    monkeypatch.setenv(images.AS_OF_ENV, "")
+    assert images.as_of(harbor) is None and images.digest(harbor) == plain
+
+
 def test_a_dated_task_gets_its_base_with_the_as_of_layer(monkeypatch):
     monkeypatch.setattr(bases, "_build", _fake_build([]))
     layered = []
