@@ -35,6 +35,7 @@ from rlpt.checkpoint import save_model
 from rlpt.config import PretrainConfig, TrainConfig, from_config_dict
 from rlpt.metrics import WALL_CLOCK_PREFIXES
 from rlpt.models import Transformer
+from tests.multiproc import compile_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -56,8 +57,7 @@ def _rows(workdir):
 
 def _env(cache_dir):
   env = dict(os.environ)
-  env.update(XLA_FLAGS=os.environ.get("RLPT_TEST_COMPILE_FLAGS", "") +  # tests/conftest.py
-             " --xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+  env.update(XLA_FLAGS=compile_flags() + " --xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
              # The three launches compile the same programs: compile once.
              JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")

@@ -18,6 +18,7 @@ from rlpt.checkpoint import save_model
 from rlpt.config import PretrainConfig, TrainConfig, from_config_dict
 from rlpt.models import Transformer
 from rlpt.device import set_cpu_devices
+from tests.multiproc import compile_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESUME_CONFIG = os.path.join(ROOT, "tests", "checkpoint", "_resume_config.py")
@@ -25,7 +26,7 @@ RESUME_CONFIG = os.path.join(ROOT, "tests", "checkpoint", "_resume_config.py")
 
 def _env(**extra):
   # XLA_FLAGS: the suite's compile flags alone (tests/conftest.py), no device count.
-  env = {**os.environ, "XLA_FLAGS": os.environ.get("RLPT_TEST_COMPILE_FLAGS", "")}
+  env = {**os.environ, "XLA_FLAGS": compile_flags()}
   env.update(JAX_PLATFORMS="cpu", **extra)
   return env
 

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.multiproc import compile_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A model's loss and gradients and a few reductions of the shapes the
@@ -42,7 +44,7 @@ print(hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in parts)).hexdigest
 def _run(threads, cores, xla_flags=""):
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PJRT_NPROC")}
   env.update(JAX_PLATFORMS="cpu",  # the suite's compile flags (tests/conftest.py), then the test's
-             XLA_FLAGS=f"{os.environ.get('RLPT_TEST_COMPILE_FLAGS', '')} {xla_flags}".strip())
+             XLA_FLAGS=f"{compile_flags()} {xla_flags}".strip())
   r = subprocess.run(["taskset", "-c", cores, sys.executable, "-c", PROBE, str(threads)],
                      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
