@@ -8,7 +8,8 @@ ConvFinQA's data.zip), loaded as published by `environments.families.finance`.
 
 Finance rows (`finance_rows`), one per domain:
 
-* each generated report domain (`rlpt/finance-report-*`): `--tasks` resets
+* each generated report domain (`rlpt/finance-report-*`, and the one-table
+  statement rung `rlpt/finance-statement-*`): `--tasks` resets
   (PDF made and read back; `reset` p50/p99 is that cost, on a cold cache),
   the reference and a wrong answer graded for each (`ref_pass`; the wrong
   answers' FAIL share, MALFORMED and PASS counts);
@@ -96,10 +97,10 @@ def _row(domain: str, source: str, verdicts: list[str], wrongs: list[str], secon
             "grades_per_s": len(seconds) / max(sum(seconds), 1e-12), **extra}  # REPEATS per answer
 
 
-def generated_rows(tasks: int) -> list[dict[str, Any]]:
+def generated_rows(tasks: int, match: str = "") -> list[dict[str, Any]]:
     out = []
     for spec in registry.list_domains(family="finance"):
-        if "-report-" not in spec.id:
+        if not ("-report-" in spec.id or "-statement-" in spec.id) or match not in spec.id:
             continue
         env, resets, refs, tasks_seen = gymnasium.make(spec.id), [], [], []
         for seed in range(tasks):
@@ -144,9 +145,10 @@ def public_row(source: str, path: str) -> dict[str, Any]:
 
 
 def finance_rows(finqa: str | None = None, tatqa: str | None = None, convfinqa: str | None = None,
-                 tasks: int = 20) -> list[dict[str, Any]]:
-    """One dict per finance domain (see the module doc); public sets only where a path is given."""
-    rows = generated_rows(tasks)
+                 tasks: int = 20, match: str = "") -> list[dict[str, Any]]:
+    """One dict per finance domain (see the module doc; generated ones whose id
+    contains `match`); public sets only where a path is given."""
+    rows = generated_rows(tasks, match)
     for source, path in (("finqa", finqa), ("tatqa", tatqa), ("convfinqa", convfinqa)):
         if path:
             rows.append(public_row(source, path))
@@ -174,8 +176,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tatqa", help="a TAT-QA dataset_raw JSON file (or the folder)")
     parser.add_argument("--convfinqa", help="ConvFinQA's data.zip, its unzipped folder or one of its JSON files")
     parser.add_argument("--tasks", type=int, default=20, help="resets per generated report domain")
+    parser.add_argument("--domains", default="", help="only generated domains whose id contains this")
     args = parser.parse_args(argv)
-    print_rows(finance_rows(args.finqa, args.tatqa, args.convfinqa, args.tasks))
+    print_rows(finance_rows(args.finqa, args.tatqa, args.convfinqa, args.tasks, args.domains))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The mission's real-tool domains, every part in one run: grading latency,
 throughput, and reference / wrong verdicts on generated and public material.
 
-    python benchmarks/domains_real.py [--parts=finance,cad] [--tasks=8] [--threads=2]
+    python benchmarks/domains_real.py [--parts=finance,cad] [--tasks=8] [--threads=2] [--domains=easy]
         [--finqa=PATH] [--tatqa=PATH] [--convfinqa=PATH] [--cadprompt=PATH]
 
 Parts: ``finance`` (benchmarks/domains_finance.py: generated PDF reports and
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tatqa", help="a TAT-QA dataset_raw JSON file (or the folder)")
     parser.add_argument("--convfinqa", help="ConvFinQA's data.zip, its unzipped folder or one of its JSON files")
     parser.add_argument("--cadprompt", help="the extracted CADPrompt/ folder")
+    parser.add_argument("--domains", default="", help="only generated domains whose id contains this")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
@@ -42,10 +43,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     if "finance" in parts:
         domains_finance.print_rows(domains_finance.finance_rows(
-            args.finqa, args.tatqa, args.convfinqa, args.tasks))
+            args.finqa, args.tatqa, args.convfinqa, args.tasks, args.domains))
     if "cad" in parts:
         print()
-        domains_cad.print_table(domains_cad.cad_rows(args.tasks, args.threads, args.cadprompt))
+        domains_cad.print_table(domains_cad.cad_rows(args.tasks, args.threads, args.cadprompt, args.domains))
 
 
 if __name__ == "__main__":

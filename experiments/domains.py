@@ -20,8 +20,9 @@ DEFAULT = (
 
 # The mixed job (experiments/grpo_mixed.py): four of the default families'
 # built-in domains, a dataset file shipped in environments/data (arithmetic word
-# problems graded by the math verifier) and five easy reasoning-gym generators
-# bounded to questions that fit the tiny base's 128-token context.
+# problems graded by the math verifier), five easy reasoning-gym generators
+# bounded to questions of at most 126 characters, and the brief rungs of CAD,
+# physics and financial reports (MIXED_REAL).
 MIXED_BUILTIN = (
     "rlpt/math-mul-easy-v0",
     "rlpt/strings-reverse-easy-v0",
@@ -37,13 +38,29 @@ MIXED_REASONING_GYM = (
     "rlpt/rg-count-bits-easy-v0",
 )
 MIXED_PROMPT_CHARS = 126  # the arithmetic file's longest prompt is 123
+# The brief rungs of the mission's own domains, graded with their fields' tools:
+# build123d parts built by the sandboxed OCC kernel and compared by volume IoU
+# and surface distance (a block, a disc), a two-block tower that must not
+# interpenetrate (manifold3d) and must stand (MuJoCo), and a one-table income
+# statement laid out as a PDF (reportlab) and read back by pdfplumber.
+MIXED_REAL = (
+    "rlpt/cad-block-easy-v0",
+    "rlpt/cad-disc-easy-v0",
+    "rlpt/cad-assembly-tower-easy-v0",
+    "rlpt/finance-statement-cell-easy-v0",
+)
+# Room for their longest prompt (a statement's text and question: at most 230)
+# and answer (a tower's script, 101, and EOS); tests/experiments/test_mixed.py
+# checks both bounds.
+MIXED_REAL_PROMPT_CHARS = 240
+MIXED_ANSWER_CHARS = 104
 
 
 def mixed() -> tuple[str, ...]:
   """The mixed job's domain ids, registering the bounded reasoning-gym domains."""
   from environments.bounded import register_bounded
   bounded = tuple(register_bounded(d, MIXED_PROMPT_CHARS).id for d in MIXED_REASONING_GYM)
-  return MIXED_BUILTIN + MIXED_DATASETS + bounded
+  return MIXED_BUILTIN + MIXED_DATASETS + bounded + MIXED_REAL
 
 
 # The all-domains job (experiments/grpo_all_domains.py): every registered

@@ -49,7 +49,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   elif arg == "mixed":
     c.domains.ids = list(domains.mixed())
     c.steps = 1000
-    c.max_len = 144
+    # BOS + the longest prompt + the longest answer + EOS, rounded up to 16.
+    c.max_len = -(-(domains.MIXED_REAL_PROMPT_CHARS + domains.MIXED_ANSWER_CHARS + 2) // 16) * 16
   elif arg.split(",")[0] == "all":
     # "all[,prompt=<chars>,answer=<chars>]": every domain of grpo_all_domains' bounds.
     bounds = {"prompt": domains.ALL_PROMPT_CHARS, "answer": domains.ALL_DEMO_CHARS}

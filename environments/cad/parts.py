@@ -30,6 +30,18 @@ def _i(rng: np.random.Generator, lo: int, hi: int) -> int:
     return int(rng.integers(lo, hi + 1))
 
 
+def block(rng: np.random.Generator) -> PartTask:
+    w, d, h = _i(rng, 2, 12) * 5, _i(rng, 2, 12) * 5, _i(rng, 2, 12)
+    desc = f"A block {w} x {d} x {h} mm (x, y, z), centred on the z axis, bottom face on z=0."
+    return PartTask("block", desc, f"{_HEAD}result = Pos(0, 0, {h / 2:g}) * Box({w}, {d}, {h})\n")
+
+
+def disc(rng: np.random.Generator) -> PartTask:
+    d, t = _i(rng, 2, 16) * 5, _i(rng, 2, 12)
+    desc = f"A disc of diameter {d} mm and thickness {t} mm, its axis the z axis, bottom face on z=0."
+    return PartTask("disc", desc, f"{_HEAD}result = Pos(0, 0, {t / 2:g}) * Cylinder({d / 2:g}, {t})\n")
+
+
 def plate(rng: np.random.Generator) -> PartTask:
     w, d, t = _i(rng, 6, 12) * 10, _i(rng, 4, 8) * 10, _i(rng, 3, 10)
     hole, inset = _i(rng, 2, 4) * 2, _i(rng, 6, 10)
@@ -153,7 +165,13 @@ def pocket_plate(rng: np.random.Generator) -> PartTask:
 
 
 # kind -> (difficulty, generator)
+# block and disc are the brief rung: one primitive placed by one translation,
+# their prompts stating the contract in one line, short enough for the tiny
+# base's context (experiments/domains.py MIXED_REAL).
+BRIEF_KINDS = frozenset({"block", "disc"})
 GENERATORS: dict[str, tuple[str, Callable[[np.random.Generator], PartTask]]] = {
+    "block": ("easy", block),
+    "disc": ("easy", disc),
     "plate": ("easy", plate),
     "washer": ("easy", washer),
     "bracket": ("medium", bracket),

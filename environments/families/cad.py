@@ -33,7 +33,10 @@ returns: the reference lives in the host, printing "PASS" or exiting 0 means
 nothing, writing files or patching build123d changes only its own job's
 process, and a worker that dies is SANDBOX_ERROR, never the model's FAIL.
 
-The kernel-free easy rung of the family is the CSG mini-language
+Parts: a block and a disc (easy, brief: the contract in one line, for small
+contexts such as the tiny base's), a plate and a washer (easy), a bracket, a
+flange and a shaft (medium), a hub, a spindle and a pocketed plate (hard);
+environments/cad/parts.py. The kernel-free easy rung of the family is the CSG mini-language
 (environments/families/csg.py, `rlpt/cad-csg-*`).
 """
 
@@ -69,6 +72,9 @@ _INSTRUCTIONS = (
     "top/front/side silhouettes with the part's, without grading it.\n"
 )
 _CUE = "script:\n"
+# The brief rung's contract, in one line (environments/cad/parts.py: block, disc).
+BRIEF_INSTRUCTIONS = "A build123d script (mm) that assigns it to `result`.\n"
+BRIEF_MAX_PROMPT_CHARS = 160  # the longest brief prompt is 148 (tests/environments/test_cad.py)
 
 
 def script_of(answer: str) -> str:
@@ -196,7 +202,7 @@ class CADDomain(Domain):
         part = self._generate(rng)
         return Problem(
             key=f"cad:{part.kind}:{part.description}",
-            prompt=f"{part.description}\n{_INSTRUCTIONS}{_CUE}",
+            prompt=f"{part.description}\n{BRIEF_INSTRUCTIONS if part.kind in parts.BRIEF_KINDS else _INSTRUCTIONS}{_CUE}",
             demonstration=part.script,
             hidden=part.script,
             retry_cue=_CUE,
@@ -217,7 +223,7 @@ def _register() -> None:
             family="cad",
             difficulty=difficulty,
             tags=("3d", "cad", "build123d", "sandbox", "partial-credit", "tools", kind),
-            max_prompt_chars=1024,
+            max_prompt_chars=BRIEF_MAX_PROMPT_CHARS if kind in parts.BRIEF_KINDS else 1024,
             max_answer_chars=4000,
             description=f"write a build123d script for a generated {kind} part; graded by volume IoU and surface distance",
             max_turns=MAX_TURNS,

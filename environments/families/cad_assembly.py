@@ -20,7 +20,8 @@ valid solid, checked on the host):
      PASSes iff the top plank reaches the overhang asked for; short of it, a
      standing stack earns 0.8 x the overhang reached over the one asked for.
 
-Tasks: a block with a vertical through hole and a pin standing in it with
+Tasks: two blocks, the smaller lying centred on the larger (easy, with the
+contract in one line for small contexts); a block with a vertical through hole and a pin standing in it with
 radial clearance (medium); a base plate, a washer and a pin through both
 (hard); three planks stacked so that the top one overhangs the bottom one's
 end by more than half a plank's length (hard: a plank alone over its support
@@ -57,6 +58,9 @@ _BOTTOM = "align=(Align.CENTER, Align.CENTER, Align.MIN)"
 _INSTRUCTIONS = ("Write a build123d Python script (units mm; start with `from build123d import *`) that builds the parts "
                  "and assigns them to `result` as a list, in the order named. Parts must not interpenetrate, and the "
                  "assembly must stand on the ground (z = 0) under gravity.\n")
+BRIEF_INSTRUCTIONS = "A build123d script (mm) that assigns the list of parts to `result`; they must stand.\n"
+BRIEF_KINDS = frozenset({"tower"})  # prompts with the contract in one line, for small contexts
+BRIEF_MAX_PROMPT_CHARS = 224  # the longest tower prompt is 196 (tests/environments/test_cad_physics.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +75,15 @@ class AssemblyTask:
 
 def _i(rng: np.random.Generator, lo: int, hi: int) -> int:
     return int(rng.integers(lo, hi + 1))
+
+
+def tower(rng: np.random.Generator) -> AssemblyTask:
+    a, h1 = _i(rng, 6, 12) * 5, _i(rng, 2, 10)
+    b, h2 = _i(rng, 2, a // 5 - 2) * 5, _i(rng, 2, 10)
+    desc = f"Two blocks on the z axis. 1: {a} x {a} x {h1} mm on the ground (z=0). 2: {b} x {b} x {h2} mm lying on block 1."
+    script = (f"from build123d import *\nresult = [Pos(0, 0, {h1 / 2:g}) * Box({a}, {a}, {h1}), "
+              f"Pos(0, 0, {h1 + h2 / 2:g}) * Box({b}, {b}, {h2})]\n")
+    return AssemblyTask(desc, script)
 
 
 def pin_in_block(rng: np.random.Generator) -> AssemblyTask:
@@ -231,13 +244,15 @@ def grade_assembly(script: str, task: AssemblyTask) -> Grade:
 class AssemblyDomain(Domain):
     answer_format = "a build123d script that assigns the list of parts to `result`"
 
-    def __init__(self, spec: DomainSpec, generate: Callable[[np.random.Generator], AssemblyTask]) -> None:
+    def __init__(self, spec: DomainSpec, generate: Callable[[np.random.Generator], AssemblyTask],
+                 brief: bool = False) -> None:
         self.spec = spec
         self._generate = generate
+        self.brief = brief
 
     def sample(self, rng: np.random.Generator) -> Problem:
         task = self._generate(rng)
-        return Problem(key=f"cad-assembly:{task.description}", prompt=f"{task.description}\n{_INSTRUCTIONS}script:\n",
+        return Problem(key=f"cad-assembly:{task.description}", prompt=f"{task.description}\n{BRIEF_INSTRUCTIONS if self.brief else _INSTRUCTIONS}script:\n",
                        demonstration=task.script, hidden=task, retry_cue="script:\n")
 
     def grade(self, task: Problem, answer: str) -> Grade:
@@ -245,6 +260,7 @@ class AssemblyDomain(Domain):
 
 
 GENERATORS = {
+    "tower": ("easy", tower, ("interference",)),  # the brief rung (experiments/domains.py MIXED_REAL)
     "pin": ("medium", pin_in_block, ("interference",)),
     "stack": ("hard", pin_through_stack, ("interference",)),
     "overhang": ("hard", plank_overhang, ("placement",)),
@@ -258,11 +274,11 @@ def _register() -> None:
             family="cad",
             difficulty=difficulty,
             tags=("3d", "cad", "build123d", "sandbox", "assembly", "physics", kind, *tags),
-            max_prompt_chars=1024,
+            max_prompt_chars=BRIEF_MAX_PROMPT_CHARS if kind in BRIEF_KINDS else 1024,
             max_answer_chars=4000,
             description=f"write a build123d assembly ({kind}) whose parts fit without interpenetrating and stand",
         )
-        registry.register(AssemblyDomain(spec, generate))
+        registry.register(AssemblyDomain(spec, generate, brief=kind in BRIEF_KINDS))
 
 
 _register()

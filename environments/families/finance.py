@@ -49,6 +49,7 @@ FAMILY = "finance"
 # Longest observation of each level, with room: the text of the longest report plus the question.
 _MAX_PROMPT = {"easy": 4000, "medium": 8000, "hard": 12000}
 _MAX_ANSWER = 1024
+STATEMENT_MAX_PROMPT_CHARS = 240  # the statement rung's longest prompt is 230 (tests/environments/test_finance.py)
 _DRAWS = 1000  # candidate tasks drawn for one split before giving up (1 in 10 is eval)
 EXTRA_HINT = "generated finance reports need the finance extra: pip install 'rlpt-environments[finance]'"
 
@@ -81,8 +82,11 @@ class ReportDomain(Domain):
         key = f"{self.spec.id}:{_digest(report, question)}"
         return report, question, ref, key
 
+    def _prompt(self, text: str, question: str, ref: answers.Reference) -> str:
+        return f"{text}\n\nQ: {question}\nAnswer with {ref.answer_format}.\nA: "
+
     def _task(self, report: reports.Report, question: str, ref: answers.Reference, key: str) -> Problem:
-        prompt = f"{_text(report)}\n\nQ: {question}\nAnswer with {ref.answer_format}.\nA: "
+        prompt = self._prompt(_text(report), question, ref)
         if not self.min_prompt_chars <= len(prompt) <= self.spec.max_prompt_chars:  # the bounds the spec promises
             raise RuntimeError(f"{self.spec.id}: a report of {len(prompt)} characters, outside "
                                f"[{self.min_prompt_chars}, {self.spec.max_prompt_chars}]")
@@ -102,6 +106,24 @@ class ReportDomain(Domain):
 
     def grade(self, task: Problem, answer: str) -> Grade:
         return answers.grade(task.hidden, answer)
+
+
+class StatementDomain(ReportDomain):
+    """The brief rung: one cell of a one-table income statement PDF
+    (`reports.statement`), read back by pdfplumber, asked in one line; short
+    enough for the tiny base's context (experiments/domains.py MIXED_REAL)."""
+
+    def __init__(self, spec: DomainSpec) -> None:
+        super().__init__(spec, "cell")
+        self.min_prompt_chars = 120
+
+    def _draw(self, rng: np.random.Generator) -> tuple[reports.Report, str, answers.Reference, str]:
+        report = reports.statement(rng)
+        question, ref = questions.brief_cell(rng, report)
+        return report, question, ref, f"{self.spec.id}:{_digest(report, question)}"
+
+    def _prompt(self, text: str, question: str, ref: answers.Reference) -> str:
+        return f"{text}\nQ: {question}\nA: "
 
 
 class SourceDomain(Domain):
@@ -171,6 +193,10 @@ def _register() -> None:
                 max_prompt_chars=_MAX_PROMPT[difficulty], max_answer_chars=_MAX_ANSWER,
                 description=f"{variant} question about a generated {difficulty} PDF annual report")
             registry.register(ReportDomain(spec, variant))
+    registry.register(StatementDomain(DomainSpec(
+        id=f"rlpt/{FAMILY}-statement-cell-easy-v0", family=FAMILY, difficulty="easy",
+        tags=(FAMILY, "pdf", "tables", "numeric-tolerance", "cell", "brief"), max_prompt_chars=STATEMENT_MAX_PROMPT_CHARS,
+        max_answer_chars=_MAX_ANSWER, description="one cell of a generated one-table income statement PDF")))
 
 
 _register()

@@ -104,6 +104,14 @@ def _extract(rng: np.random.Generator, report: Report, difficulty: str) -> tuple
 _ASK = {"cell": _cell, "chart": _chart, "compute": _compute, "extract": _extract}
 
 
+def brief_cell(rng: np.random.Generator, report: Report) -> tuple[str, Reference]:
+    """One cell of a `reports.statement`, asked in one line."""
+    table = report.tables()[0]
+    label, values = _pick(rng, table.rows)
+    year = int(rng.integers(len(table.years)))
+    return f"{label}, fiscal {table.years[year]}?", _money(values[year])
+
+
 def ask(rng: np.random.Generator, report: Report, variant: str, difficulty: str) -> tuple[str, Reference]:
     """(question, reference) of `variant` about `report`, from `rng` alone."""
     if variant not in _ASK:

@@ -215,3 +215,18 @@ def draw(rng: np.random.Generator, difficulty: str) -> Report:
         blocks += [PageBreak(), *_balance(rng, years, income["Revenue"])]
     blocks += charts[1:]
     return Report(company, year, tuple(blocks))
+
+
+STATEMENT_ROWS = ("Revenue", "Operating income", "Net income")
+
+
+def statement(rng: np.random.Generator) -> Report:
+    """The brief rung's report: a heading and one ruled table, three lines of
+    the income statement over two fiscal years (one page)."""
+    company = f"{rng.choice(_NAMES)} {rng.choice(_SUFFIXES)}"
+    year = int(rng.integers(2016, 2026))
+    years = (year, year - 1)
+    income = _income(rng, years)
+    table = _table("Income ($ millions)", years, {k: income[k] for k in STATEMENT_ROWS}, True)
+    return Report(company, year, (Paragraph(f"{company}, fiscal {year}", heading=True), table))
+

@@ -4,6 +4,8 @@ nothing, infrastructure failures are SANDBOX_ERROR, and the render tool replies.
 Uses the process's warm kernel pool (environments/cad/runner.py): one worker
 start (~3 s), then ~0.1-0.2 s a build."""
 
+import re
+
 import gymnasium
 import numpy as np
 import pytest
@@ -195,3 +197,26 @@ def test_kernel_worker_runs_under_the_plain_launcher_too():
         assert built.grade is None and built.mesh["solids"] == 1 and abs(built.mesh["volume"] - 24.0) < 1e-6
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("domain_id", ["rlpt/cad-block-easy-v0", "rlpt/cad-disc-easy-v0"])
+def test_brief_parts_fit_their_bound_pass_and_misplaced_or_broken_fail(domain_id):
+    from environments import registry
+
+    domain = registry.domain(domain_id)
+    rng = np.random.default_rng(0)
+    longest = max(len(domain.sample(rng).prompt) for _ in range(2000))
+    assert longest <= domain.spec.max_prompt_chars == cad.BRIEF_MAX_PROMPT_CHARS
+    env = gymnasium.make(domain_id)
+    obs, info = env.reset(seed=1)
+    assert obs.endswith(cad.BRIEF_INSTRUCTIONS + "script:\n") and "bottom face on z=0" in obs
+    assert env.step(info["demonstration"])[4]["verdict"] == "PASS"
+    # Centred on z=0 instead of standing on it: IoU 1/3, partial credit 0.8 x 1/3.
+    centred = re.sub(r"Pos\(0, 0, [0-9.]+\)", "Pos(0, 0, 0)", info["demonstration"])
+    env.reset(seed=1)
+    _, reward, _, _, step = env.step(centred)
+    assert step["verdict"] == "FAIL" and reward == pytest.approx(0.8 / 3, abs=0.01), step
+    for answer in ("", "from build123d import *\nresult = Pos(0, 0, 1) *"):
+        env.reset(seed=1)
+        _, reward, _, _, step = env.step(answer)
+        assert (step["verdict"], reward) == ("MALFORMED", 0.0), step

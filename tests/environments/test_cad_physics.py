@@ -9,6 +9,8 @@ its support's end stands, 1% or 5% past it tips (bodies at rest sleep in the
 simulation: this is what shows a tipping one is not put to sleep); a box
 released 5 mm up falls 5 mm."""
 
+import re
+
 import gymnasium
 import numpy as np
 import pytest
@@ -154,3 +156,38 @@ def test_a_pin_dropped_into_its_hole_falls_through_to_the_ground():
     grade = cad_assembly.grade_assembly(raised, task)
     # It falls 3 mm down the hole (the block's pieces leave it open) and lands on the ground.
     assert grade.verdict is Verdict.FAIL and "part 2 moved 3.0" in grade.feedback, grade.feedback
+
+
+@pytest.mark.skipif(not _OK, reason=f"the tower needs the CAD kernel: {_WHY}")
+def test_tower_reference_passes_and_physics_and_interference_decide_the_rest():
+    from environments import registry
+    from environments.families import cad
+
+    domain = registry.domain("rlpt/cad-assembly-tower-easy-v0")
+    rng = np.random.default_rng(0)
+    longest = max(len(domain.sample(rng).prompt) for _ in range(2000))
+    assert longest <= domain.spec.max_prompt_chars == cad_assembly.BRIEF_MAX_PROMPT_CHARS
+    env = gymnasium.make("rlpt/cad-assembly-tower-easy-v0").unwrapped
+    obs, _ = env.reset(seed=2)
+    assert obs.endswith(cad_assembly.BRIEF_INSTRUCTIONS + "script:\n")
+    task = env.task.hidden
+    assert cad_assembly.grade_assembly(task.script, task).verdict is Verdict.PASS
+    (z1, a, h1), (z2, b, h2) = [(float(z), int(w), int(h)) for z, w, h in
+                                re.findall(r"Pos\(0, 0, ([0-9.]+)\) \* Box\((\d+), \d+, (\d+)\)", task.script)]
+
+    def tower(x2, z2, first=(a, h1, z1), second=(b, h2)):
+        (w1, t1, zz1), (w2, t2) = first, second
+        return (f"from build123d import *\nresult = [Pos(0, 0, {zz1:g}) * Box({w1}, {w1}, {t1}), "
+                f"Pos({x2:g}, 0, {z2:g}) * Box({w2}, {w2}, {t2})]\n")
+
+    assert cad_assembly.grade_assembly(tower(0, z2), task).verdict is Verdict.PASS
+    floating = cad_assembly.grade_assembly(tower(0, z2 + 3), task)
+    assert floating.verdict is Verdict.FAIL and "part 2 moved" in floating.feedback, floating
+    sunk = cad_assembly.grade_assembly(tower(0, z2 - 1), task)
+    assert sunk.verdict is Verdict.FAIL and "interpenetrate" in sunk.feedback, sunk
+    # Off centre but standing (its centre over block 1): it stands, and is not the design asked for.
+    shifted = cad_assembly.grade_assembly(tower(3, z2), task)
+    assert shifted.verdict is Verdict.FAIL and "part 2" in shifted.feedback and 0 < shifted.reward < cad.FAIL_REWARD_SCALE
+    # The small block under the large one: each stands, neither is the part asked for in its place.
+    swapped = cad_assembly.grade_assembly(tower(0, h2 + h1 / 2, first=(b, h2, h2 / 2), second=(a, h1)), task)
+    assert swapped.verdict is Verdict.FAIL and swapped.reward < 0.5 * cad.FAIL_REWARD_SCALE, swapped

@@ -21,7 +21,7 @@ from environments.finance.answers import Reference, grade
 from environments.finance.numbers import Number, parse_number
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REPORT_IDS = [s.id for s in registry.list_domains(family="finance") if "-report-" in s.id]
+REPORT_IDS = [s.id for s in registry.list_domains(family="finance") if "-report-" in s.id or "-statement-" in s.id]
 
 
 @pytest.mark.parametrize("text,want", [
@@ -340,3 +340,22 @@ def test_without_the_finance_extra_a_report_reset_names_it(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=r"finance extra: pip install 'rlpt-environments\[finance\]'"):
         gymnasium.make("rlpt/finance-report-chart-easy-v0").reset(seed=123)
+
+
+def test_statement_rung_longest_prompt_fits_its_bound():
+    """The brief rung's widest statement (longest company name, six-character
+    amounts in every cell, the longest label asked) fits the bound its spec
+    promises and the mixed job's context is sized for."""
+    spec = registry.get("rlpt/finance-statement-cell-easy-v0")
+    domain = registry.domain(spec.id)
+    name = f"{max(reports._NAMES, key=len)} {max(reports._SUFFIXES, key=len)}"
+    wide = (25_000.0, 20_000.0)  # the largest revenue drawn (20,000, grown 25%); every other cell is smaller
+    table = reports.Table("Income ($ millions)", (2025, 2024), tuple((r, wide) for r in reports.STATEMENT_ROWS), True)
+    report = reports.Report(name, 2025, (reports.Paragraph(f"{name}, fiscal 2025", heading=True), table))
+    label = max(reports.STATEMENT_ROWS, key=len)
+    prompt = domain._prompt(finance._text(report), f"{label}, fiscal 2024?", None)
+    assert f"{label} | 25,000 | 20,000" in prompt and len(prompt) <= spec.max_prompt_chars == 240
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # drawn ones: the net income may be negative, "(250)" at most
+        r = reports.statement(rng)
+        assert all(v >= -250 and max(row[1]) <= 25_000 for row in r.tables()[0].rows for v in row[1])
