@@ -8,7 +8,7 @@ Every registered domain (built-in generators, the shipped dataset files and
 terminal task folders, every reasoning-gym generator), each cut to the tasks
 whose prompt has at most 256 characters and whose demonstration at most 63
 (experiments/domains.py `every_domain`; environments.bounded): the tiny base's
-context. 213 of the 419 registered domains qualify; the others (long-context,
+context. 232 of the 555 registered domains qualify; the others (long-context,
 document and CAD prompts, most tool and Terminal-Bench tasks) are left out with
 the reason (`python -c "from experiments import domains; print(domains.every_domain()[1])"`).
 The base (experiments/pretrain_base.py:all) is pre-trained on the
