@@ -99,8 +99,8 @@ def _row(domain: str, source: str, verdicts: list[str], wrongs: list[str], secon
 
 def generated_rows(tasks: int, match: str = "") -> list[dict[str, Any]]:
     out = []
-    for spec in registry.list_domains(family="finance"):
-        if not ("-report-" in spec.id or "-statement-" in spec.id) or match not in spec.id:
+    for spec in registry.list_domains(family="finance", tag="pdf"):
+        if match not in spec.id:
             continue
         env, resets, refs, tasks_seen = gymnasium.make(spec.id), [], [], []
         for seed in range(tasks):

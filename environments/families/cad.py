@@ -36,8 +36,8 @@ process, and a worker that dies is SANDBOX_ERROR, never the model's FAIL.
 Parts: a block and a disc (easy, brief: the contract in one line, for small
 contexts such as the tiny base's), a plate and a washer (easy), a bracket, a
 flange and a shaft (medium), a hub, a spindle and a pocketed plate (hard);
-environments/cad/parts.py. The kernel-free easy rung of the family is the CSG mini-language
-(environments/families/csg.py, `rlpt/cad-csg-*`).
+environments/cad/parts.py. The kernel-free easy rung of the family is the CSG
+mini-language (environments/families/csg.py, `rlpt/cad-csg-*`).
 """
 
 from __future__ import annotations
@@ -194,15 +194,17 @@ def render(script: str, reference_script: str) -> ToolReply | Grade:
 class CADDomain(Domain):
     answer_format = "a build123d script that assigns the part to `result`"
 
-    def __init__(self, spec: DomainSpec, generate: Callable[[np.random.Generator], parts.PartTask]) -> None:
+    def __init__(self, spec: DomainSpec, generate: Callable[[np.random.Generator], parts.PartTask],
+                 brief: bool = False) -> None:
         self.spec = spec
         self._generate = generate
+        self.brief = brief  # the contract in one line (BRIEF_INSTRUCTIONS)
 
     def sample(self, rng: np.random.Generator) -> Problem:
         part = self._generate(rng)
         return Problem(
             key=f"cad:{part.kind}:{part.description}",
-            prompt=f"{part.description}\n{BRIEF_INSTRUCTIONS if part.kind in parts.BRIEF_KINDS else _INSTRUCTIONS}{_CUE}",
+            prompt=f"{part.description}\n{BRIEF_INSTRUCTIONS if self.brief else _INSTRUCTIONS}{_CUE}",
             demonstration=part.script,
             hidden=part.script,
             retry_cue=_CUE,
@@ -228,7 +230,7 @@ def _register() -> None:
             description=f"write a build123d script for a generated {kind} part; graded by volume IoU and surface distance",
             max_turns=MAX_TURNS,
         )
-        registry.register(CADDomain(spec, generate))
+        registry.register(CADDomain(spec, generate, brief=kind in parts.BRIEF_KINDS))
 
 
 _register()

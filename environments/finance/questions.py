@@ -42,10 +42,15 @@ def _cell(rng: np.random.Generator, report: Report, difficulty: str) -> tuple[st
         best = max(segments.rows[:-1], key=lambda row: row[1][year])
         return (f"Which segment had the most revenue in fiscal {segments.years[year]}?", Reference("span", best[0]))
     table = _pick(rng, _tables(report, difficulty))
+    label, year, ref = _a_cell(rng, table)
+    return f'In the table "{table.title}", what is "{label}" for fiscal {year}, in $ millions?', ref
+
+
+def _a_cell(rng: np.random.Generator, table: Table) -> tuple[str, int, Reference]:
+    """A row's label, a fiscal year and that cell's reference."""
     label, values = _pick(rng, table.rows)
     year = int(rng.integers(len(table.years)))
-    return (f'In the table "{table.title}", what is "{label}" for fiscal {table.years[year]}, in $ millions?',
-            _money(values[year]))
+    return label, table.years[year], _money(values[year])
 
 
 def _chart(rng: np.random.Generator, report: Report, difficulty: str) -> tuple[str, Reference]:
@@ -106,10 +111,8 @@ _ASK = {"cell": _cell, "chart": _chart, "compute": _compute, "extract": _extract
 
 def brief_cell(rng: np.random.Generator, report: Report) -> tuple[str, Reference]:
     """One cell of a `reports.statement`, asked in one line."""
-    table = report.tables()[0]
-    label, values = _pick(rng, table.rows)
-    year = int(rng.integers(len(table.years)))
-    return f"{label}, fiscal {table.years[year]}?", _money(values[year])
+    label, year, ref = _a_cell(rng, report.tables()[0])
+    return f"{label}, fiscal {year}?", ref
 
 
 def ask(rng: np.random.Generator, report: Report, variant: str, difficulty: str) -> tuple[str, Reference]:
