@@ -13,7 +13,7 @@ from rlpt.config.model import ATTENTION_IMPLS, LoraConfig, ModelConfig
 
 
 # rollout.decode_kernel's choices (rlpt.models.decode_kernel implements them).
-DECODE_KERNELS = ("xla", "pallas", "pallas-interpret")
+DECODE_KERNELS = ("xla", "pallas", "pallas-interpret", "pallas-interpret-gpu")
 
 @dataclasses.dataclass(frozen=True)
 class BaseModelConfig:
@@ -99,8 +99,9 @@ class RolloutConfig:
   # non-dense or windowed attention and speculative decoding).
   decode_phases: int = 0
   # How the fast path's decode steps attend to the cache: "xla" (two einsums
-  # over the cache), "pallas" (a TPU kernel that reads only each row's live
-  # blocks, rlpt.models.decode_kernel) or "pallas-interpret" (that kernel
+  # over the cache), "pallas" (a kernel that reads only each row's live
+  # blocks, rlpt.models.decode_kernel: Mosaic on a TPU, Triton on a GPU) or
+  # "pallas-interpret" / "pallas-interpret-gpu" (the TPU / GPU kernel
   # interpreted: CPU tests). Anything but "xla" takes the fast path.
   decode_kernel: str = "xla"
 
@@ -111,7 +112,7 @@ class RolloutConfig:
   def __post_init__(self):
     _require(self.decode_kernel in DECODE_KERNELS,
              f"rollout.decode_kernel is {self.decode_kernel!r}; expected one of "
-             f"{list(DECODE_KERNELS)} (pallas: TPU; pallas-interpret: CPU tests).")
+             f"{list(DECODE_KERNELS)} (pallas: TPU or GPU; the interpreted ones: CPU tests).")
     _require(self.max_attempts >= 1, f"rollout.max_attempts must be >= 1, got {self.max_attempts}.")
     _require(self.max_turns >= 0,
              f"rollout.max_turns must be >= 0 (0 = each domain's own), got {self.max_turns}.")
