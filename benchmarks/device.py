@@ -68,7 +68,9 @@ Parts (``--parts``; full shapes, ``--quick`` divides them down):
   (512-token prompts, 1536 new tokens, no stop), bf16 and int8 KV cache;
   tokens/s of the decode (the generate call less its prefill, timed apart)
   against the HBM roofline: each step reads every weight (bf16) and each row's
-  cached keys and values so far.
+  cached keys and values so far. On a TPU or GPU the batch-256 bf16 case runs
+  twice: on XLA's attention and on the Pallas decode kernel
+  (``decode/bfloat16/b256/pallas``; rlpt.models.decode_kernel).
 * ``engine``: the continuous-batching engine (rlpt.engine) with as many
   slots as the largest decode batch (256), the same prompts and new tokens
   (no stop, so every slot stays busy), bf16 KV: tokens/s over the whole
@@ -349,8 +351,12 @@ class Parts:
     if "decode" in selected:
       kv = jnp.dtype(self.cfg.jnp_dtype).name
       big, small = max(s.decode_batches), sorted(s.decode_batches, reverse=True)[1:]
-      order = [(False, big), "profile"] + [(False, b) for b in small] + [
-          (True, b) for b in sorted(s.decode_batches)]
+      # On a TPU or a GPU, the largest batch again on the Pallas decode kernel
+      # (rollout.decode_kernel=pallas), right after it on XLA's attention: the
+      # pair says what the kernel is worth on this chip.
+      kernel = [(False, big, "pallas")] if self.device.platform in ("tpu", "gpu") else []
+      order = [(False, big, "xla")] + kernel + ["profile"] + [(False, b, "xla") for b in small] + [
+          (True, b, "xla") for b in sorted(s.decode_batches)]
       for item in order:
         if item == "profile":
           # Work 0: estimated as the last decode case's compiling and set-up,
@@ -358,9 +364,9 @@ class Parts:
           out.append(self._case("decode/profile", "decode", self.decode_profile, work=0.0,
                                 prior_s=prior["decode"], needs=("model",)))
           continue
-        int8, b = item
-        out.append(self._case(f"decode/{'int8' if int8 else kv}/b{b}", "decode",
-                              functools.partial(self.decode, int8, b),
+        int8, b, attend = item
+        name = f"decode/{'int8' if int8 else kv}/b{b}" + ("" if attend == "xla" else f"/{attend}")
+        out.append(self._case(name, "decode", functools.partial(self.decode, int8, b, attend),
                               work=(self.long_reps + 1) * self._decode_bytes(int8, b, s.decode_new),
                               prior_s=prior["decode"], needs=needs))
     for name in ("train", "engine", "grpo", "speculative"):
@@ -453,7 +459,7 @@ class Parts:
     from rlpt.sampling import SamplingParams
     return SamplingParams(1.0)
 
-  def decode(self, int8: bool, b: int):
+  def decode(self, int8: bool, b: int, kernel: str = "xla"):
     from rlpt.sampling.fast import FastSampler
     from rlpt.sampling.prefix import PrefixLayout
     from rlpt.sampling.quant import tree_bytes
@@ -461,7 +467,8 @@ class Parts:
     s, cfg = self.s, self.cfg
     weights = tree_bytes(self.sample_params)
     sampler = FastSampler(self.graphdef, cfg, s.decode_prompt, s.decode_new, 0, (),
-                          PrefixLayout(1, int8, aligned=True), auto_decode_phases(s.decode_new))
+                          PrefixLayout(1, int8, aligned=True, decode_kernel=kernel),
+                          auto_decode_phases(s.decode_new))
     total, pre = self._decode_time(sampler, b, s.decode_prompt, s.decode_new)
     decode_s = max(total - pre, 1e-9)
     kvb = roofline.kv_bytes_per_token(cfg, int8)
@@ -477,7 +484,7 @@ class Parts:
                      decode_step_s=decode_s / s.decode_new, prefill_s=pre,
                      reps=self.long_reps, prefill_reps=self.reps, bytes_read=moved,
                      weight_bytes=weights, kv_bytes_per_token=kvb, binding=binding,
-                     decode_phases=sampler.decode_phases)
+                     decode_phases=sampler.decode_phases, decode_kernel=kernel)
 
   def decode_profile(self):
     """A short generate at the largest decode batch (bf16 KV), compiled, then traced."""

@@ -308,7 +308,9 @@ def _gpu_call(q, kv, mask, blk: int, interpret: bool, splits: int | None = None)
       pl.BlockSpec((None, length), lambda i, j, p: (i, p)),
       pl.BlockSpec((None, 2), lambda i, j, p: (i, 0)),
   ]
-  args = [q, kv.k, kv.v, mask, span]
+  # The mask as one byte a slot: 0.4% of the keys and values a row reads at
+  # 4 kv heads x 64 dims in bf16 (an int32 mask would be 1.6%).
+  args = [q, kv.k, kv.v, mask.astype(jnp.int8), span]
   if int8:
     scale_spec = pl.BlockSpec((None, None, length), lambda i, j, p: (i, j, p))
     in_specs += [scale_spec, scale_spec]

@@ -405,3 +405,16 @@ def test_quick_decode_train_and_attention_figures(every_part):
   check_profile(out / "profile" / "train_top_ops.txt", "one train step")
   assert all(p["ok"] for p in summary["profiles"].values()) and set(summary["profiles"]) == {
       "decode", "train"}
+
+
+@pytest.mark.parametrize("platform", ["gpu", "tpu", "cpu"])
+def test_the_kernel_decode_case_follows_the_xla_one_on_an_accelerator(tmp_path, platform):
+  import types
+
+  import device
+  chip = types.SimpleNamespace(platform=platform, device_kind="a chip")
+  parts = device.Parts(device.FULL, None, chip, "bfloat16", 1, 1, str(tmp_path))
+  names = [c.name for c in parts.cases(["decode"])]
+  kernel = ["decode/bfloat16/b256/pallas"] if platform != "cpu" else []
+  assert names == ["limits", "model", "decode/bfloat16/b256", *kernel, "decode/profile",
+                   "decode/bfloat16/b64", "decode/int8/b64", "decode/int8/b256"]
