@@ -90,11 +90,12 @@ def minimum_bytes(cfg, params, batch: int, context: int, int8_kv: bool) -> float
 
 
 def step_program(path: str, cfg, graphdef, params, batch: int, context: int, prompt: int,
-                 sharding=None):
+                 sharding=None, kernel: str = "pallas-tpu", platforms=None):
   """The decode step of ``path`` lowered at abstract shapes: every row caches
   the token at position ``context`` - 1 (so ``context`` tokens are live after
   its write) in a cache of ``context`` + 1 slots (``split``: ``prompt`` prompt
-  slots and the rest generated)."""
+  slots and the rest generated). ``kernel``: the ``-kernel`` paths' decode
+  kernel; ``platforms``: lower for these (default: where ``sharding`` is)."""
   from rlpt.sampling import SamplingParams
   sampling = SamplingParams(1.0)
   rng = jax.eval_shape(lambda: jax.random.key(0))
@@ -118,8 +119,8 @@ def step_program(path: str, cfg, graphdef, params, batch: int, context: int, pro
     int8 = "int8" in path
     flat = FlatLayout(kv_int8=int8)
     if path.startswith("split"):
-      kernel = "pallas" if path.endswith("-kernel") else "xla"
-      layout = PrefixLayout(1, kv_int8=int8, aligned=True, decode_kernel=kernel)
+      layout = PrefixLayout(1, kv_int8=int8, aligned=True,
+                            decode_kernel=kernel if path.endswith("-kernel") else "xla")
       cache = jax.eval_shape(lambda: PrefixCache(flat.init(cfg, batch, prompt),
                                                  jnp.zeros((batch,), jnp.int32),
                                                  flat.init(cfg, batch, context + 1 - prompt)))
@@ -135,7 +136,7 @@ def step_program(path: str, cfg, graphdef, params, batch: int, context: int, pro
   if sharding is not None:  # every input on the one device of ``sharding``'s mesh
     place = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
     params, state = jax.tree.map(place, (params, state))
-  return jax.jit(fn, donate_argnums=1).lower(params, state)
+  return jax.jit(fn, donate_argnums=1).trace(params, state).lower(lowering_platforms=platforms)
 
 
 TPU_TOPOLOGIES = {"tpu-v5e": "v5e:1x1", "tpu-v6e": "v6e:1x1", "tpu-v5p": "v5p:1x1x1"}

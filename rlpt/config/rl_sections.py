@@ -13,7 +13,8 @@ from rlpt.config.model import ATTENTION_IMPLS, LoraConfig, ModelConfig
 
 
 # rollout.decode_kernel's choices (rlpt.models.decode_kernel implements them).
-DECODE_KERNELS = ("xla", "pallas", "pallas-interpret", "pallas-interpret-gpu")
+DECODE_KERNELS = ("xla", "pallas", "pallas-tpu", "pallas-gpu", "pallas-interpret",
+                  "pallas-interpret-gpu")
 
 @dataclasses.dataclass(frozen=True)
 class BaseModelConfig:
@@ -100,7 +101,9 @@ class RolloutConfig:
   decode_phases: int = 0
   # How the fast path's decode steps attend to the cache: "xla" (two einsums
   # over the cache), "pallas" (a kernel that reads only each row's live
-  # blocks, rlpt.models.decode_kernel: Mosaic on a TPU, Triton on a GPU) or
+  # blocks, rlpt.models.decode_kernel: Mosaic on a TPU, Triton on a GPU, by
+  # the backend it runs on), "pallas-tpu" / "pallas-gpu" (that platform's
+  # kernel whatever the host: compiling ahead of time for a chip not here) or
   # "pallas-interpret" / "pallas-interpret-gpu" (the TPU / GPU kernel
   # interpreted: CPU tests). Anything but "xla" takes the fast path.
   decode_kernel: str = "xla"

@@ -44,24 +44,25 @@ DEFAULT_BLOCK = 512
 def check_kernel(name: str) -> str:
   if name not in DECODE_KERNELS:
     raise ValueError(f"decode_kernel {name!r}; expected one of {list(DECODE_KERNELS)} (pallas: the "
-                     "TPU or GPU kernel, for the backend it runs on; pallas-interpret / "
-                     "pallas-interpret-gpu: that kernel interpreted, for CPU tests).")
+                     "TPU or GPU kernel, for the backend it runs on; pallas-tpu / pallas-gpu: that "
+                     "one, to compile ahead of time; pallas-interpret / pallas-interpret-gpu: that "
+                     "kernel interpreted, for CPU tests).")
   return name
 
 
 def kernel_backend(name: str, platform: str | None = None) -> tuple[str, bool]:
   """(backend, interpret) of a ``DECODE_KERNELS`` choice other than "xla";
   "pallas" takes the kernel of ``platform`` (default: JAX's default backend)."""
-  check_kernel(name)
-  if name == "pallas-interpret":
-    return "tpu", True
-  if name == "pallas-interpret-gpu":
-    return "gpu", True
+  fixed = {"pallas-tpu": ("tpu", False), "pallas-gpu": ("gpu", False),
+           "pallas-interpret": ("tpu", True), "pallas-interpret-gpu": ("gpu", True)}
+  if check_kernel(name) in fixed:
+    return fixed[name]
   platform = platform or jax.default_backend()
   if platform in ("tpu", "gpu", "cuda", "rocm"):
     return ("tpu" if platform == "tpu" else "gpu"), False
   raise ValueError(f"decode_kernel 'pallas' runs on a TPU or a GPU; this backend is {platform!r}: "
-                   "use 'xla' (or 'pallas-interpret' / 'pallas-interpret-gpu' to test a kernel).")
+                   "use 'xla' ('pallas-tpu' / 'pallas-gpu' to compile for a chip not here, "
+                   "'pallas-interpret' / 'pallas-interpret-gpu' to test a kernel).")
 
 
 def shared_mask_attention(q_BxTxNxH, kv, key_mask_BxS, kernel: str = "xla"):

@@ -15,6 +15,11 @@ from rlpt.sampling.quant import quantize_kv
 
 B, Q, N, K, H = 4, 2, 8, 2, 16
 
+# Lowering the GPU kernel warns that JAX will drop Pallas's Triton backend
+# (docs/throughput.md, "The GPU kernel").
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:The Pallas Triton backend is deprecated:DeprecationWarning")
+
 
 def _numpy_attention(q, k, v, mask):
   """float64 softmax attention: q [B, Q, N, H], k [B, K, H, S], v [B, K, S, H],
@@ -207,3 +212,25 @@ def test_a_sampler_on_the_kernel_samples_what_the_xla_path_samples(monkeypatch, 
   a, b = outs["xla"], outs[kernel]
   np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
   np.testing.assert_allclose(np.asarray(a.logprobs), np.asarray(b.logprobs), atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("path", ["split-bf16-kernel", "split-int8-kernel"])
+def test_a_decode_step_on_the_gpu_kernel_lowers_for_an_h100(path):
+  """The fast sampler's whole decode step (the step benchmarks/decode_bytes.py
+  counts) with ``decode_kernel="pallas-gpu"``, lowered for CUDA with no GPU
+  present: one Triton call per layer and cache part, the rest XLA's."""
+  import os
+  import sys
+
+  from jax._src.mesh import AbstractDevice, AbstractMesh
+  sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+  import decode_bytes
+  cfg = decode_bytes.model_config(decode_bytes.MODELS["tiny"])
+  graphdef, params = decode_bytes.abstract_params(cfg)
+  h100 = AbstractDevice("NVIDIA H100 80GB HBM3", 132, "cuda")
+  mesh = AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=h100)
+  with jax.sharding.use_abstract_mesh(mesh):
+    text = decode_bytes.step_program(path, cfg, graphdef, params, batch=8, context=256,
+                                     prompt=128, kernel="pallas-gpu", platforms=("cuda",)).as_text()
+  calls = re.findall(r"custom_call @__gpu\$xla\.gpu\.triton\(", text)
+  assert len(calls) == 2 * cfg.num_layers, len(calls)   # the prompt part and the generated part
