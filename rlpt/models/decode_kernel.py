@@ -128,8 +128,9 @@ def decode_attention(q_BxQxNxH, kv, key_mask_BxS, scale: float | None = None,
   scales [B, K, S]); ``key_mask_BxS``: which slots each row's queries see.
   ``backend``: "tpu" (Mosaic) or "gpu" (Triton) kernel. ``block``: slots one
   step reads (default ``DEFAULT_BLOCK`` / ``DEFAULT_GPU_BLOCK``, read when
-  traced); ``splits``: the GPU kernel's key splits (default ``gpu_splits``). Returns (out [B, Q, N, H] fp32, lse [B, Q, N]) as
-  ``attention_with_lse`` does: a query that sees no key gets out 0 and lse -inf.
+  traced); ``splits``: the GPU kernel's key splits (default ``gpu_splits``).
+  Returns (out [B, Q, N, H] fp32, lse [B, Q, N]) as ``attention_with_lse``
+  does: a query that sees no key gets out 0 and lse -inf.
   """
   if backend not in ("tpu", "gpu"):
     raise ValueError(f"decode kernel backend {backend!r}; expected 'tpu' or 'gpu'.")
