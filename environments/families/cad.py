@@ -195,16 +195,16 @@ class CADDomain(Domain):
     answer_format = "a build123d script that assigns the part to `result`"
 
     def __init__(self, spec: DomainSpec, generate: Callable[[np.random.Generator], parts.PartTask],
-                 brief: bool = False) -> None:
+                 instructions: str = _INSTRUCTIONS) -> None:
         self.spec = spec
         self._generate = generate
-        self.brief = brief  # the contract in one line (BRIEF_INSTRUCTIONS)
+        self.instructions = instructions  # the full contract, or BRIEF_INSTRUCTIONS's one line
 
     def sample(self, rng: np.random.Generator) -> Problem:
         part = self._generate(rng)
         return Problem(
             key=f"cad:{part.kind}:{part.description}",
-            prompt=f"{part.description}\n{BRIEF_INSTRUCTIONS if self.brief else _INSTRUCTIONS}{_CUE}",
+            prompt=f"{part.description}\n{self.instructions}{_CUE}",
             demonstration=part.script,
             hidden=part.script,
             retry_cue=_CUE,
@@ -220,17 +220,18 @@ class CADDomain(Domain):
 
 def _register() -> None:
     for kind, (difficulty, generate) in parts.GENERATORS.items():
+        brief = kind in parts.BRIEF_KINDS
         spec = DomainSpec(
             id=f"rlpt/cad-{kind}-{difficulty}-v0",
             family="cad",
             difficulty=difficulty,
             tags=("3d", "cad", "build123d", "sandbox", "partial-credit", "tools", kind),
-            max_prompt_chars=BRIEF_MAX_PROMPT_CHARS if kind in parts.BRIEF_KINDS else 1024,
+            max_prompt_chars=BRIEF_MAX_PROMPT_CHARS if brief else 1024,
             max_answer_chars=4000,
             description=f"write a build123d script for a generated {kind} part; graded by volume IoU and surface distance",
             max_turns=MAX_TURNS,
         )
-        registry.register(CADDomain(spec, generate, brief=kind in parts.BRIEF_KINDS))
+        registry.register(CADDomain(spec, generate, BRIEF_INSTRUCTIONS if brief else _INSTRUCTIONS))
 
 
 _register()

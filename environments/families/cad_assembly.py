@@ -245,14 +245,14 @@ class AssemblyDomain(Domain):
     answer_format = "a build123d script that assigns the list of parts to `result`"
 
     def __init__(self, spec: DomainSpec, generate: Callable[[np.random.Generator], AssemblyTask],
-                 brief: bool = False) -> None:
+                 instructions: str = _INSTRUCTIONS) -> None:
         self.spec = spec
         self._generate = generate
-        self.brief = brief
+        self.instructions = instructions  # the full contract, or BRIEF_INSTRUCTIONS's one line
 
     def sample(self, rng: np.random.Generator) -> Problem:
         task = self._generate(rng)
-        return Problem(key=f"cad-assembly:{task.description}", prompt=f"{task.description}\n{BRIEF_INSTRUCTIONS if self.brief else _INSTRUCTIONS}script:\n",
+        return Problem(key=f"cad-assembly:{task.description}", prompt=f"{task.description}\n{self.instructions}script:\n",
                        demonstration=task.script, hidden=task, retry_cue="script:\n")
 
     def grade(self, task: Problem, answer: str) -> Grade:
@@ -269,16 +269,17 @@ GENERATORS = {
 
 def _register() -> None:
     for kind, (difficulty, generate, tags) in GENERATORS.items():
+        brief = kind in BRIEF_KINDS
         spec = DomainSpec(
             id=f"rlpt/cad-assembly-{kind}-{difficulty}-v0",
             family="cad",
             difficulty=difficulty,
             tags=("3d", "cad", "build123d", "sandbox", "assembly", "physics", kind, *tags),
-            max_prompt_chars=BRIEF_MAX_PROMPT_CHARS if kind in BRIEF_KINDS else 1024,
+            max_prompt_chars=BRIEF_MAX_PROMPT_CHARS if brief else 1024,
             max_answer_chars=4000,
             description=f"write a build123d assembly ({kind}) whose parts fit without interpenetrating and stand",
         )
-        registry.register(AssemblyDomain(spec, generate, brief=kind in BRIEF_KINDS))
+        registry.register(AssemblyDomain(spec, generate, BRIEF_INSTRUCTIONS if brief else _INSTRUCTIONS))
 
 
 _register()

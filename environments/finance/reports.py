@@ -229,4 +229,3 @@ def statement(rng: np.random.Generator) -> Report:
     income = _income(rng, years)
     table = _table("Income ($ millions)", years, {k: income[k] for k in STATEMENT_ROWS}, True)
     return Report(company, year, (Paragraph(f"{company}, fiscal {year}", heading=True), table))
-

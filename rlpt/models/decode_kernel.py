@@ -148,7 +148,7 @@ def decode_attention(q_BxQxNxH, kv, key_mask_BxS, scale: float | None = None,
   # [Q*G, H] block of queries per (row, kv head).
   q = q.reshape(b, qn, kh, g, h).transpose(0, 2, 1, 3, 4).reshape(b, kh, qg, h).astype(dt)
   cut = n_blocks * block
-  mask = key_mask_BxS[:, :cut].astype(jnp.int32)
+  mask = key_mask_BxS[:, :cut]  # each kernel takes it in the integer width it reads
   # The kernels index blocks of the first ``cut`` slots of the cache as it is
   # (a slice would be a copy of the layer).
   if backend == "tpu":
@@ -199,7 +199,7 @@ def _tpu_call(q, kv, mask, blk: int, interpret: bool):
       pl.BlockSpec((1, 1, blk, h), lambda i, j, t, last: (i, j, live(i, j, t, last), 0)),
       pl.BlockSpec((1, 1, blk), lambda i, j, t, last: (i, 0, live(i, j, t, last))),
   ]
-  args = [q, kv.k, kv.v, mask[:, None, :]]
+  args = [q, kv.k, kv.v, mask.astype(jnp.int32)[:, None, :]]
   if int8:
     scale_spec = pl.BlockSpec((1, 1, 1, blk), lambda i, j, t, last: (i, j, 0, live(i, j, t, last)))
     in_specs += [scale_spec, scale_spec]
