@@ -2,11 +2,15 @@
 registries through our proxy, or the host's network.
 
 The proxy is tested first on its own (listening in this process's own network
-namespace, relaying to servers of the test's own making), then in containers:
+namespace, relaying to servers of the test's own making on loopback; its checks
+of names, ports, addresses and the form of requests with a listener on this
+process's loopback, which needs no root), then in containers:
 a container on `registries` installs a PyPI package and reaches nothing else, a
 loopback server of the test's own included.
 """
 
+import ipaddress
+import logging
 import os
 import socket
 import socketserver
@@ -111,16 +115,17 @@ def test_the_container_itself_and_its_services_are_reached_without_the_proxy():
 
 
 def test_requests_are_parsed_for_connect_and_absolute_urls():
-    assert egress._parse_request(b"CONNECT PyPI.org:443 HTTP/1.1\r\nHost: pypi.org:443") == ("CONNECT", "pypi.org", 443, b"")
-    method, host, port, head = egress._parse_request(
+    assert egress._parse_request(b"CONNECT PyPI.org:443 HTTP/1.1\r\nHost: pypi.org:443") == egress.Request("CONNECT", "pypi.org", 443, b"")
+    request = egress._parse_request(
         b"GET http://deb.debian.org/debian/dists/trixie/InRelease?x=1 HTTP/1.1\r\nHost: deb.debian.org\r\n"
         b"Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nUser-Agent: apt")
-    assert (method, host, port) == ("GET", "deb.debian.org", 80)
-    assert head == (b"GET /debian/dists/trixie/InRelease?x=1 HTTP/1.1\r\nHost: deb.debian.org\r\nUser-Agent: apt\r\n"
-                    b"Connection: close\r\n\r\n")
-    assert "needs host:port" in egress._parse_request(b"CONNECT pypi.org HTTP/1.1")
-    assert "absolute http:// URL" in egress._parse_request(b"GET /simple/ HTTP/1.1")
-    assert "malformed request line" in egress._parse_request(b"HELLO")
+    assert (request.method, request.host, request.port, request.body) == ("GET", "deb.debian.org", 80, 0)
+    assert request.upstream == (b"GET /debian/dists/trixie/InRelease?x=1 HTTP/1.1\r\nHost: deb.debian.org\r\nUser-Agent: apt\r\n"
+                                b"Connection: close\r\n\r\n")
+    for head, why in ((b"CONNECT pypi.org HTTP/1.1", "needs host:port"), (b"GET /simple/ HTTP/1.1", "absolute http:// URL"),
+                      (b"HELLO", "malformed request line")):
+        with pytest.raises(egress.BadRequest, match=why):
+            egress._parse_request(head)
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -234,6 +239,287 @@ def _ask_first(port, echo_port) -> bytes:
 def test_a_gate_cannot_open_in_a_process_that_is_not_there():
     with pytest.raises(OSError, match=r"cannot open the egress proxy in process 999999999's network"):
         egress.Gate(999999999, "registries", hosts=frozenset())
+
+
+# ------------------------------------------------------------------ what the proxy checks
+
+
+@pytest.fixture
+def open_gate(monkeypatch):
+    """make(hosts) -> (a Gate on `registries` with those registry entries, its port): a listener
+    on this process's own loopback (entering a namespace, which needs root, is what the tests
+    above and the container tests cover), closed after the test."""
+    def listen(pid, port):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        return sock
+
+    monkeypatch.setattr(egress, "listen_in", listen)
+    gates = []
+
+    def make(hosts):
+        gate = egress.Gate(0, "registries", hosts=hosts, label="test")
+        gates.append(gate)
+        return gate, gate._sock.getsockname()[1]
+
+    yield make
+    for gate in gates:
+        gate.close()
+
+
+class _Upstream(socketserver.BaseRequestHandler):
+    """An upstream of the test's own: keeps every byte a connection brings (`server.got`, one
+    entry a connection) and answers every request head in it, as a server that ignores
+    `Connection: close` would, until the other side is quiet for half a second."""
+
+    def handle(self):
+        got, answered = b"", 0
+        self.request.settimeout(0.5)
+        try:
+            while chunk := self.request.recv(65536):
+                got += chunk
+                while got.count(b"\r\n\r\n") > answered:
+                    answered += 1
+                    self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        except TimeoutError:
+            pass
+        self.server.got.append(got)
+
+
+@pytest.fixture
+def upstream():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Upstream)
+    server.got = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def thread_errors(monkeypatch):
+    """What reaches threading.excepthook (a handler thread's uncaught exception) during the test."""
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    return errors
+
+
+def _messages(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == egress.log.name]
+
+
+def test_internal_addresses_in_every_spelling_and_not_the_ranges_registries_resolve_to_here():
+    for address in ("127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1", "0.0.0.0", "::", "169.254.169.254", "fe80::1",
+                    "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1", "fd12::1", "fc00::1",
+                    "::ffff:10.0.0.1", "64:ff9b::a00:1", "2002:7f00:1::1"):
+        assert egress.internal(ipaddress.ip_address(address)), address
+    # Documentation and benchmarking ranges (where this machine's resolver puts every registry), and public ones.
+    for address in ("203.0.113.80", "192.0.2.1", "198.51.100.7", "198.18.0.1", "2001:db8::1", "::ffff:203.0.113.80",
+                    "151.101.0.223", "172.32.0.1", "100.128.0.1", "2a04:4e42::223"):
+        assert egress.internal(ipaddress.ip_address(address)) is None, address
+    assert ipaddress.ip_address("203.0.113.80").is_private  # why the proxy does not ask is_private
+
+
+def test_registry_entries_are_normalised_and_an_index_keeps_its_port(monkeypatch):
+    assert egress.registry_entry("PyPI.ORG.") == "pypi.org"
+    assert egress.registry_entry("http://LocalHost:3141/root/pypi/+simple/") == "localhost:3141"
+    assert egress.registry_entry("https://[FD00:0::1]:4873") == "[fd00::1]:4873"
+    assert egress.registry_entry(" verdaccio.local:4873 ") == "verdaccio.local:4873"
+    for bad in ("mirror:99999", "mirror:\xb3", "[::1:5", "ftp://mirror/", "a b", "mirror:0"):
+        with pytest.raises(ValueError, match="registry"):
+            egress.registry_entry(bad)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://localhost:3141/simple")
+    monkeypatch.setenv("RLPT_REGISTRY_HOSTS", "Verdaccio.Local.:4873")
+    egress.registry_hosts.cache_clear()
+    try:
+        assert {"localhost:3141", "verdaccio.local:4873", "pypi.org"} <= egress.registry_hosts()
+        monkeypatch.setenv("RLPT_REGISTRY_HOSTS", "mirror:99999")
+        egress.registry_hosts.cache_clear()
+        with pytest.raises(ValueError, match=r"RLPT_REGISTRY_HOSTS: registry 'mirror:99999': port out of range"):
+            egress.registry_hosts()
+    finally:
+        egress.registry_hosts.cache_clear()
+
+
+def test_a_registry_name_that_resolves_inward_is_refused_and_logged_by_its_normal_name(open_gate, upstream, monkeypatch,
+                                                                                          caplog, thread_errors):
+    port = upstream.server_address[1]
+    monkeypatch.setattr(egress, "PORTS", (port,))  # the loopback server stands where the registry's port would be
+    answers = {"pypi.org": ["127.0.0.1"], "registry.npmjs.org": ["::ffff:127.0.0.1"],
+               "deb.debian.org": ["203.0.113.80", "127.0.0.1"],  # one inward answer among others is enough
+               "files.pythonhosted.org": ["10.1.2.3"]}
+    looked_up = []
+
+    def resolve(host):
+        looked_up.append(host)
+        return [ipaddress.ip_address(a) for a in answers[host]]
+
+    monkeypatch.setattr(egress, "resolve_host", resolve)
+    caplog.set_level(logging.INFO, logger=egress.log.name)
+    gate, proxy = open_gate(egress.DEFAULT_HOSTS)
+    reply = _ask(proxy, f"CONNECT PyPI.ORG.:{port} HTTP/1.1\r\nHost: PyPI.ORG.:{port}\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 403 Forbidden"), reply
+    assert f"pypi.org:{port} refused: pypi.org resolves to 127.0.0.1, an internal address (loopback)".encode() in reply
+    for host in ("registry.npmjs.org", "deb.debian.org", "files.pythonhosted.org"):
+        reply = _ask(proxy, f"GET http://{host}:{port}/simple/ HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        assert reply.startswith(b"HTTP/1.1 403") and b"an internal address" in reply, reply
+    assert _ask(proxy, b"CONNECT EXAMPLE.com.:443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403")  # not a registry
+    assert upstream.got == []  # nothing reached the loopback server
+    assert looked_up == ["pypi.org", "registry.npmjs.org", "deb.debian.org", "files.pythonhosted.org"]
+    mapped = str(ipaddress.ip_address("::ffff:127.0.0.1"))
+    assert [(a.host, a.port, a.allowed, a.address) for a in gate.asked] == [
+        ("pypi.org", port, False, "127.0.0.1"), ("registry.npmjs.org", port, False, mapped),
+        ("deb.debian.org", port, False, "127.0.0.1"), ("files.pythonhosted.org", port, False, "10.1.2.3"),
+        ("example.com", 443, False, "")]
+    assert gate.take_refused() == [f"pypi.org:{port}", f"registry.npmjs.org:{port}", f"deb.debian.org:{port}",
+                                   f"files.pythonhosted.org:{port}", "example.com:443"]
+    # What the terminal domain puts in the turn's reply, from the host:port it took.
+    assert gate.refusal("pypi.org", port, brief=True) == f"pypi.org:{port} refused: pypi.org resolves to 127.0.0.1, an internal address (loopback)"
+    messages = _messages(caplog)
+    assert f"egress test: pypi.org:{port} refused (127.0.0.1) (policy registries)" in messages, messages
+    assert "egress test: example.com:443 refused (policy registries)" in messages
+    assert thread_errors == []
+
+
+def test_an_index_the_run_names_on_loopback_is_reached_on_its_own_port_only(open_gate, servers, upstream, monkeypatch):
+    echo_port, page_port = servers
+    index = upstream.server_address[1]
+    # The run's configuration, through the one code path: a pip index, and RLPT_REGISTRY_HOSTS.
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://localhost:{index}/simple")
+    monkeypatch.setenv("RLPT_REGISTRY_HOSTS", f"LocalHost.:{echo_port}")
+    egress.registry_hosts.cache_clear()
+    try:
+        gate, proxy = open_gate(None)
+    finally:
+        egress.registry_hosts.cache_clear()
+    assert {f"localhost:{index}", f"localhost:{echo_port}"} <= gate.hosts
+    reply = _ask(proxy, f"GET http://localhost:{index}/simple/six/ HTTP/1.1\r\nHost: localhost:{index}\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"ok"), reply
+    assert upstream.got == [f"GET /simple/six/ HTTP/1.1\r\nHost: localhost:{index}\r\nConnection: close\r\n\r\n".encode()]
+    with socket.create_connection(("127.0.0.1", proxy), timeout=10) as s:  # RLPT_REGISTRY_HOSTS' entry: a tunnel
+        s.sendall(f"CONNECT localhost:{echo_port} HTTP/1.1\r\n\r\n".encode())
+        assert s.recv(4096) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        s.sendall(b"hi")
+        assert s.recv(4096) == b"HI"
+    # The host's other ports: a server of the test's own, and the web ports every service on it would have.
+    for request in (f"GET http://localhost:{page_port}/ HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                    "CONNECT localhost:443 HTTP/1.1\r\n\r\n", "GET http://localhost/ HTTP/1.1\r\n\r\n"):
+        reply = _ask(proxy, request.encode())
+        assert reply.startswith(b"HTTP/1.1 403") and b"network policy 'registries' allows localhost on ports" in reply, reply
+    assert [(a.host, a.port, a.allowed) for a in gate.asked] == [
+        ("localhost", index, True), ("localhost", echo_port, True), ("localhost", page_port, False),
+        ("localhost", 443, False), ("localhost", 80, False)]
+
+
+def test_the_proxy_connects_to_the_address_it_checked_and_looks_up_once(open_gate, upstream, monkeypatch):
+    index = upstream.server_address[1]
+    lookups = []
+
+    def rebinding(host):  # the first answer is the one checked; a second lookup would get one nobody listens on
+        lookups.append(host)
+        return [ipaddress.ip_address("127.0.0.1" if len(lookups) == 1 else "192.0.2.1")]
+
+    monkeypatch.setattr(egress, "resolve_host", rebinding)
+    gate, proxy = open_gate([f"mirror.test:{index}"])  # .test: no resolver of the machine's knows it
+    reply = _ask(proxy, f"GET http://MIRROR.test.:{index}/simple/ HTTP/1.1\r\nHost: Mirror.Test:{index}\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    assert lookups == ["mirror.test"]
+    assert upstream.got == [f"GET /simple/ HTTP/1.1\r\nHost: mirror.test:{index}\r\nConnection: close\r\n\r\n".encode()]
+    assert [(a.host, a.port, a.allowed, a.address) for a in gate.asked] == [("mirror.test", index, True, "127.0.0.1")]
+
+
+def test_a_host_header_that_names_another_host_is_refused_and_logged(open_gate, upstream, caplog, thread_errors):
+    index = upstream.server_address[1]
+    caplog.set_level(logging.INFO, logger=egress.log.name)
+    gate, proxy = open_gate([f"localhost:{index}"])
+    reply = _ask(proxy, f"GET http://localhost:{index}/ HTTP/1.1\r\nHost: internal.example\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 400 Bad Request"), reply
+    assert b"the Host header names internal.example, the URL localhost: they must agree" in reply
+    assert upstream.got == [] and gate.asked == []
+    assert any("malformed request refused (400): the Host header names internal.example" in m for m in _messages(caplog))
+    assert thread_errors == []
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["at-once", "body-later"])
+def test_a_pipelined_second_request_never_reaches_upstream(open_gate, upstream, split):
+    index = upstream.server_address[1]
+    gate, proxy = open_gate([f"localhost:{index}"])
+    head = f"POST http://localhost:{index}/upload HTTP/1.1\r\nHost: localhost:{index}\r\nContent-Length: 5\r\n\r\n".encode()
+    after = (b"hello" + f"GET http://localhost:{index}/second HTTP/1.1\r\nHost: localhost:{index}\r\n\r\n".encode()
+             + b"GET http://internal.example/ HTTP/1.1\r\nHost: internal.example\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", proxy), timeout=10) as s:
+        if split:  # the body (and what follows it) comes in a later packet: the relay counts it out
+            s.sendall(head)
+            time.sleep(0.1)
+            s.sendall(after)
+        else:
+            s.sendall(head + after)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    assert reply == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"  # one answer, then the connection ends
+    assert upstream.got == [f"POST /upload HTTP/1.1\r\nHost: localhost:{index}\r\nContent-Length: 5\r\n"
+                            "Connection: close\r\n\r\nhello".encode()]
+    assert [(a.host, a.port) for a in gate.asked] == [("localhost", index)]
+
+
+@pytest.mark.parametrize("request_bytes, why", [
+    (b"CONNECT pypi.org:\xb3 HTTP/1.1\r\n\r\n", "malformed request line"),  # a digit, but not an ASCII one
+    (b"GET http://pypi.org:99999/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n", "port out of range"),
+    (b"CONNECT pypi.org:0 HTTP/1.1\r\n\r\n", "port out of range"),
+    (b"GET http://[::1:8080/ HTTP/1.1\r\n\r\n", "not host[:port]"),
+    (b"CONNECT pypi.org HTTP/1.1\r\n\r\n", "CONNECT needs host:port"),
+    (b"\x16\x03\x01\x02\x01 garbage\r\n\r\n", "malformed request line"),  # a TLS hello, sent plain
+    (b"GET http://pypi.org/ HTTP/1.1\r\nX: \x00\r\n\r\n", "a NUL"),
+    (b"GET http://pyp\xc4\xb1.org/ HTTP/1.1\r\n\r\n", "malformed request line"),
+    (b"GET http://pypi.org/ HTTP/2\r\n\r\n", "unsupported HTTP version"),
+    (b"GET http://pypi.org/ HTTP/1.1\r\nX-Pad: " + b"a" * (70 * 1024) + b"\r\n\r\n", "request head over 64 KiB"),
+    (b"GET http://pypi.org/ HTTP/1.1\nHost: pypi.org\n\n", "must end in CRLF"),
+    (b"GET http://pypi.org/ HTTP/1.1\r\nX: a\nHost: internal.example\r\n\r\n", "a bare CR or LF"),
+    (b"GET http://pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\nHost: pypi.org\r\n\r\n", "2 host headers"),
+    (b"GET http://pypi.org/ HTTP/1.1\r\nHost : pypi.org\r\n\r\n", "malformed header line"),
+    (b"GET http://pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n folded: x\r\n\r\n", "malformed header line"),
+    (b"GET http://pypi.org/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n", "malformed Content-Length"),
+], ids=["non-ascii-digit-port", "port-99999", "port-0", "broken-ipv6", "connect-no-port", "garbage", "nul", "non-ascii-host",
+        "http2", "overlong-head", "bare-lf", "bare-lf-inside", "two-hosts", "space-before-colon", "folded", "bad-length"])
+def test_a_malformed_request_gets_a_400_and_a_log_line_and_raises_nothing(open_gate, caplog, thread_errors,
+                                                                           request_bytes, why):
+    caplog.set_level(logging.INFO, logger=egress.log.name)
+    gate, proxy = open_gate(egress.DEFAULT_HOSTS)
+    reply = _ask(proxy, request_bytes)
+    assert reply.startswith(b"HTTP/1.1 400 Bad Request") and why.encode() in reply, reply
+    assert [m for m in _messages(caplog) if "malformed request refused (400)" in m and why in m], _messages(caplog)
+    assert gate.asked == [] and thread_errors == []
+
+
+def test_a_head_cut_short_or_too_slow_and_a_chunked_body_are_answered_and_logged(open_gate, caplog, thread_errors,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(egress, "_HEAD_TIMEOUT_S", 0.3)
+    caplog.set_level(logging.INFO, logger=egress.log.name)
+    gate, proxy = open_gate(egress.DEFAULT_HOSTS)
+    reply = _ask(proxy, b"POST http://pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 411 Length Required"), reply
+    assert _ask(proxy, b"GET http://pypi.org/ HTTP/1.1\r\n").startswith(b"HTTP/1.1 408 Request Timeout")
+    with socket.create_connection(("127.0.0.1", proxy), timeout=10) as s:
+        s.sendall(b"GET http://pypi")
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(4096).startswith(b"HTTP/1.1 400")
+    logged = [m for m in _messages(caplog) if "malformed request refused" in m]
+    assert len(logged) == 3 and "(411)" in logged[0] and "(408)" in logged[1] and "closed before" in logged[2], logged
+    assert gate.asked == [] and thread_errors == []
+
+
+def test_a_fault_of_the_proxys_own_is_a_500_and_a_log_record_not_a_threads_traceback(open_gate, monkeypatch, caplog,
+                                                                                       thread_errors):
+    def broken(host):
+        raise RuntimeError("resolver bug")
+
+    monkeypatch.setattr(egress, "resolve_host", broken)
+    gate, proxy = open_gate(egress.DEFAULT_HOSTS)
+    assert _ask(proxy, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 500")
+    assert any(r.exc_info and "resolver bug" in str(r.exc_info[1]) for r in caplog.records if r.name == egress.log.name)
+    assert thread_errors == []
 
 
 # ------------------------------------------------------------------ in containers
