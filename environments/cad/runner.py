@@ -130,6 +130,10 @@ def build(script: str, pool: sandbox.SandboxPool | None = None, timeout_s: float
     return outcome(result, timeout_s)
 
 
+def _count(outputs) -> str:
+    return str(len(outputs)) if isinstance(outputs, list) else "no list of"
+
+
 def outcome(result: sandbox.JobResult, timeout_s: float = TIMEOUT_S) -> BuildOutcome:
     """The `BuildOutcome` of a finished kernel job."""
     failure = process_failure(result, timeout_s)
@@ -138,9 +142,12 @@ def outcome(result: sandbox.JobResult, timeout_s: float = TIMEOUT_S) -> BuildOut
     payload = result.result or {}
     outputs = payload.get("results")
     if payload.get("phase") != "done" or not isinstance(outputs, list) or len(outputs) != 1:
-        # The harness is ours and was imported before the job: it failing to
-        # load or answer is the kernel's fault, never the script's.
-        return BuildOutcome(None, Grade(Verdict.SANDBOX_ERROR, 0.0, f"kernel harness failed: {payload.get('error', payload)!s:.200}"), result.cpu_s)
+        # The harness runs in the script's own process, imported before it:
+        # only the script can break it (patch the worker's encoder, add a call,
+        # write a frame of its own). That is the script's failure, never a
+        # masked infrastructure error.
+        return BuildOutcome(None, Grade(Verdict.ERROR, 0.0, f"the script broke the kernel harness (it answered phase "
+                                                            f"{payload.get('phase')!r:.40} with {_count(outputs)} results, expected 'done' with 1)"), result.cpu_s)
     out = outputs[0]
     if "error" in out:  # the script broke the harness itself (e.g. exit, a patched module)
         if out.get("error_type") == "MemoryError":

@@ -133,11 +133,17 @@ def _reap(cfg: dict, job_uid: int | None) -> None:
     mode = cfg.get("reap")
     if mode not in ("uid", "namespace") or (mode == "uid" and job_uid is None):
         return
-    me = os.getpid()
+    keep = worker_pids(cfg)
     if mode == "uid":
-        kill_until_gone(lambda: processes_of(job_uid, exclude=(1, me)), collect=True)
+        kill_until_gone(lambda: processes_of(job_uid, exclude=keep), collect=True)
     else:
-        kill_until_gone(lambda: processes_of(None, exclude=(1, me)), collect=True)
+        kill_until_gone(lambda: processes_of(None, exclude=keep), collect=True)
+
+
+def worker_pids(cfg: dict) -> tuple[int, ...]:
+    """The processes no cleanup may kill or charge to a job: the sandbox's init
+    (pid 1), the worker itself and its zygote (worker.py), which forks every job."""
+    return (1, os.getpid(), *((cfg["zygote_pid"],) if cfg.get("zygote_pid") else ()))
 
 
 def processes_of(uid: int | None, exclude: tuple[int, ...] = ()) -> list[int]:
@@ -467,9 +473,9 @@ def _job_processes(cfg: dict, pid: int, job_uid: int | None, forks: bool) -> lis
     session (otherwise: a setsid escapee is missed there)."""
     if not forks:
         return [pid]
-    mode, me, out = cfg.get("reap"), os.getpid(), []
+    mode, keep, out = cfg.get("reap"), worker_pids(cfg), []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in (1, me):
+        if not name.isdigit() or int(name) in keep:
             continue
         try:
             if mode == "uid" and job_uid is not None:
@@ -499,7 +505,7 @@ class _CpuMeter:
     cgroup mode (cfg["cpu"]["mode"] == "cgroup"): the worker's cgroup counts
     the CPU time of every task in it, exited ones included (cgroup v1
     cpuacct.usage, v2 cpu.stat usage_usec); the job's share is the rise since
-    just before its fork less the worker's own CPU time meanwhile (bubblewrap's
+    just before its fork less the worker's and its zygote's own CPU time meanwhile (bubblewrap's
     processes in the cgroup only wait). Exact.
 
     Poll mode: the sum over the job's processes (_job_processes) of their own
@@ -566,10 +572,19 @@ class _CpuMeter:
             return int(data) / 1e9  # cgroup v1 cpuacct.usage: nanoseconds
         return int(data.split(b"\n", 1)[0].split()[1]) / 1e6  # cgroup v2 cpu.stat
 
-    @staticmethod
-    def _own_s() -> float:
+    def _own_s(self) -> float:
+        """CPU seconds of the worker and its zygote themselves (their own
+        work in the shared cgroup: fork, supervision), not the jobs'."""
         own = resource.getrusage(resource.RUSAGE_SELF)
-        return own.ru_utime + own.ru_stime
+        zygote = 0.0
+        if self._cfg.get("zygote_pid"):
+            try:
+                with open(f"/proc/{self._cfg['zygote_pid']}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                zygote = (int(fields[11]) + int(fields[12])) * _TICK_S  # its own utime, stime
+            except (OSError, ValueError, IndexError):
+                pass
+        return own.ru_utime + own.ru_stime + zygote
 
 
 def _reap_cgroup(cfg: dict) -> None:
@@ -579,13 +594,13 @@ def _reap_cgroup(cfg: dict) -> None:
     memory = cfg.get("memory") or {}
     if memory.get("mode") != "cgroup":
         return
-    me = os.getpid()
+    keep = (0, *worker_pids(cfg))
 
     def members() -> list[int]:
         try:
             with open(os.path.join(memory["dir"], "cgroup.procs"), "rb") as f:
                 # Processes outside this PID namespace (bwrap's own) read as 0.
-                return [p for p in map(int, f.read().split()) if p not in (0, 1, me)]
+                return [p for p in map(int, f.read().split()) if p not in keep]
         except (OSError, ValueError):
             return []
 

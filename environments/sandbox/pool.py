@@ -465,6 +465,9 @@ class SandboxPool:
         self._all = [_Slot(i) for i in range(self.size)]
         for slot in self._all:
             self._slots.put(slot)
+        # Without a uid drop (an unprivileged host) a job runs as its worker's
+        # uid and can signal the worker and its zygote; see _run_on.
+        self.jobs_share_worker_uid = self._config.get("uid") is None
         self._closed = False
         self.workers_started = 0
         self._lock = threading.Lock()
@@ -510,10 +513,14 @@ class SandboxPool:
                     return JobResult(Status.MEMORY, detail=f"{_memory_detail(job.limits.memory_bytes, self.memory_enforcement)}; the worker was killed")
                 if attempt == 0 and not fresh and "stdin closed" in str(e):
                     continue
+                if "stdin closed" not in str(e) and self.jobs_share_worker_uid:
+                    return JobResult(Status.NO_RESULT, detail=f"{e} while the job ran; {_SHARED_UID}")
                 return JobResult(Status.SANDBOX_ERROR, detail=str(e))
             slot.oom_kills = response.get("oom_kills", slot.oom_kills)
             if slot.worker.jobs >= self.max_jobs_per_worker or response.get("retire"):
                 self._discard(slot, graceful=True)
+            if response.get("zygote_lost") and self.jobs_share_worker_uid:
+                return JobResult(Status.NO_RESULT, detail=f"{response.get('worker_error')} while the job ran; {_SHARED_UID}")
             return _to_result(response, message)
         raise AssertionError("unreachable")
 
@@ -575,6 +582,12 @@ class SandboxPool:
             if slot.lease is not None:
                 slot.lease.release()
                 slot.lease = None
+
+
+# A worker (or its zygote) that dies or stops answering while a job runs is
+# that job's doing when the job could have signalled it: its failure is then
+# the job's own (NO_RESULT, scored as an ERROR), never a masked SANDBOX_ERROR.
+_SHARED_UID = "jobs here run as their worker's uid and can signal it, so this counts as the job's failure"
 
 
 def _remove_worker_dir(path: str | None) -> None:

@@ -34,6 +34,7 @@ UTF-8 JSON. One request frame, one response frame, strictly alternating.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -41,6 +42,7 @@ import os
 import resource
 import select
 import signal
+import socket
 import stat
 import struct
 import sys
@@ -148,7 +150,7 @@ def _run_python(job: dict) -> dict:
     # Compilation happens here, in the limited child: constant folding of
     # e.g. 9**9**9 is candidate-controlled work.
     try:
-        code = compile(job["source"], "<candidate>", "exec")
+        code = compile(job.pop("source"), "<candidate>", "exec")
     except BaseException as e:
         return {"phase": "compile", "error": _last_line(e), "error_type": type(e).__name__}
     namespace = {"__name__": "__candidate__"}
@@ -221,8 +223,8 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int, setup_w: 
         # Dies with the worker (the worker's own handler kills the job when the
         # host dies; this covers a worker that is itself SIGKILLed).
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != cfg["worker_pid"]:
-            raise RuntimeError("the worker exited before the job started")
+        if os.getppid() != cfg["zygote_pid"]:
+            raise RuntimeError("the worker's zygote exited before the job started")
         # SIGXFSZ stays ignored (as Python sets it) so oversized writes fail with
         # EFBIG instead of killing the job without a result.
         for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
@@ -270,6 +272,157 @@ def _child(job: dict, cfg: dict, workdir: str, res_w: int, out_w: int, setup_w: 
         os._exit(70)
     finally:
         os._exit(71)
+
+
+# ----------------------------------------------------------------------------- the zygote
+#
+# Every job runs in a process forked from the zygote, a child the worker forks
+# once it has imported what jobs use (its preload) and before it reads its
+# first job. The worker itself reads every job's frame from the host (the
+# candidate's source, a reference script, another candidate's answer, hidden
+# test data), and freed memory is not cleared: a job forked from the worker
+# would inherit a heap holding earlier jobs' frames, readable through
+# /proc/self/mem. The zygote never holds a job: it receives only the job's
+# pipes (SCM_RIGHTS) and forks; the job's child then reads its own job, and
+# nothing else, from a socket the worker writes it to. The worker is made
+# non-dumpable, so no process of its uid can read its memory either.
+#
+# Protocol on the zygote's SOCK_SEQPACKET socket, one exchange at a time:
+#   worker: b"fork" + 4 fds (job socket, result pipe, output pipe, setup pipe)
+#   zygote: pid (>i) of the forked job child
+#   worker: b"wait" + pid (>i), once the job is over and its group killed
+#   zygote: wait status, user and system CPU seconds of the child (>idd)
+
+_PR_SET_DUMPABLE = 4
+_ZYGOTE_FORK = b"fork"
+_ZYGOTE_WAIT = b"wait"
+_PID = struct.Struct(">i")
+_WAITED = struct.Struct(">idd")
+_ZYGOTE_ANSWER_S = 30.0
+_JOB_FDS = 4
+# Received descriptors are moved this high in the job's child, above the
+# numbers it dup2()s its pipes to (0 to _SETUP_FD).
+_FD_FLOOR = 16
+
+
+class ZygoteError(Exception):
+    """The zygote died or stopped answering: this worker can run no more jobs."""
+
+
+class _Zygote:
+    """The worker's handle on its zygote process."""
+
+    def __init__(self, cfg: dict, protocol_fds: tuple[int, ...]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ours.close()
+                for fd in protocol_fds:  # the host's pipes stay the worker's alone
+                    os.close(fd)
+                _zygote_main(cfg, theirs)
+            finally:
+                os._exit(1)
+        theirs.close()
+        ours.settimeout(_ZYGOTE_ANSWER_S)
+        self.pid, self._sock = pid, ours
+
+    def fork(self, fds: list[int]) -> int:
+        """Forks a job child holding `fds`; returns its pid."""
+        try:
+            socket.send_fds(self._sock, [_ZYGOTE_FORK], fds)
+            (pid,) = _PID.unpack(self._answer(_PID.size))
+        except (OSError, struct.error) as e:
+            raise ZygoteError(f"the zygote did not fork the job: {e}") from e
+        if pid <= 0:
+            raise ZygoteError("the zygote could not fork the job")
+        return pid
+
+    def wait(self, pid: int) -> tuple[int, float]:
+        """(wait status, CPU seconds) of the exited job child `pid`."""
+        try:
+            self._sock.send(_ZYGOTE_WAIT + _PID.pack(pid))
+            status, user_s, system_s = _WAITED.unpack(self._answer(_WAITED.size))
+        except (OSError, struct.error) as e:
+            raise ZygoteError(f"the zygote did not report the job's exit: {e}") from e
+        return status, user_s + system_s
+
+    def _answer(self, size: int) -> bytes:
+        data = self._sock.recv(64)
+        if len(data) != size:
+            raise ZygoteError("the zygote closed its socket" if not data else "the zygote sent a malformed answer")
+        return data
+
+
+def _zygote_main(cfg: dict, sock: socket.socket) -> None:
+    """The zygote's loop; never returns. Holds no job material, ever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's host_died handler is the worker's
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != cfg["worker_pid"]:
+        os._exit(1)
+    _prctl(_PR_SET_DUMPABLE, 1)  # the worker's flag: job children start as before
+    cfg["zygote_pid"] = os.getpid()
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 64, _JOB_FDS)
+        except OSError:
+            os._exit(1)
+        if not message:
+            os._exit(0)  # the worker is gone
+        if message == _ZYGOTE_FORK and len(fds) == _JOB_FDS:
+            try:
+                pid = os.fork()
+            except OSError:
+                pid = -1
+            if pid == 0:
+                sock.close()
+                _job_child(cfg, fds)
+            for fd in fds:
+                os.close(fd)
+            sock.send(_PID.pack(pid))
+        elif message.startswith(_ZYGOTE_WAIT) and not fds:
+            (pid,) = _PID.unpack(message[len(_ZYGOTE_WAIT):])
+            _, status, rusage = os.wait4(pid, 0)
+            sock.send(_WAITED.pack(status, rusage.ru_utime, rusage.ru_stime))
+        else:
+            os._exit(1)
+
+
+def _job_child(cfg: dict, fds: list[int]) -> None:
+    """In the job's child, just forked from the zygote: reads its job (all of
+    it, and only it) from the worker, then becomes the job (_child). Never returns."""
+    job_fd, res_w, out_w, setup_w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _FD_FLOOR) for fd in fds)
+    for fd in fds:
+        os.close(fd)
+    try:
+        chunks = []
+        while chunk := os.read(job_fd, 1 << 20):
+            chunks.append(chunk)
+        os.close(job_fd)
+        job = json.loads(b"".join(chunks))
+        del chunks
+    except BaseException as e:
+        try:
+            _write_all(setup_w, f"job setup failed: the job did not arrive ({_last_line(e)})".encode("utf-8", "replace"))
+        finally:
+            os._exit(70)
+    _child(job, cfg, job.pop("workdir"), res_w, out_w, setup_w)
+
+
+def _hand_over(job: dict, workdir: str, sock: socket.socket) -> None:
+    """Writes the job to its child, then forgets what the child alone needs
+    (source, calls, files, script): the worker keeps only its limits."""
+    data = json.dumps({**job, "workdir": workdir}, separators=(",", ":")).encode("utf-8")
+    for key in ("source", "calls", "files", "script"):
+        job.pop(key, None)
+    try:
+        sock.settimeout(float(job["wall_s"]))
+        sock.sendall(data, socket.MSG_NOSIGNAL)
+    except OSError:
+        pass  # the child died before reading it: its setup error, or no result, says so
+    finally:
+        del data
+        sock.close()
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -417,8 +570,8 @@ def _write_files(workdir: str, files: dict, uid: int | None, gid: int | None) ->
                 os.chown(os.path.join(root, name), uid, gid)
 
 
-def run_job(job: dict, cfg: dict) -> dict:
-    """Runs one job in a forked child and returns the response frame."""
+def run_job(job: dict, cfg: dict, zygote: _Zygote) -> dict:
+    """Runs one job in a child forked by `zygote` and returns the response frame."""
     start = time.monotonic()
     uid = cfg.get("uid") if os.getuid() == 0 else None
     workdir = tempfile.mkdtemp(prefix="job-", dir=cfg["tmp_root"])
@@ -428,22 +581,27 @@ def run_job(job: dict, cfg: dict) -> dict:
         _write_files(workdir, job.get("files") or {}, uid, cfg.get("gid"))
         ipc_before = cleanup._ipc_before(cfg)
         cpu = cleanup._CpuMeter(job, cfg, uid)  # its baseline: before the child exists
-        res_r, res_w = os.pipe()
-        out_r, out_w = os.pipe()
-        setup_r, setup_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(res_r)
-            os.close(out_r)
-            os.close(setup_r)
-            _child(job, cfg, workdir, res_w, out_w, setup_w)
+        res_r, res_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        setup_r, setup_w = os.pipe2(os.O_CLOEXEC)
+        job_w, job_r = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = zygote.fork([job_r.fileno(), res_w, out_w, setup_w])
+        except ZygoteError:
+            for fd in (res_r, res_w, out_r, out_w, setup_r, setup_w):
+                os.close(fd)
+            job_w.close()
+            raise
+        finally:
+            job_r.close()
         _RUNNING.update(pid=pid, uid=uid)
         os.close(res_w)
         os.close(out_w)
         os.close(setup_w)
+        _hand_over(job, workdir, job_w)
         meter = cleanup._MemoryMeter(job, cfg, pid, uid, ipc_before)
         cpu.pid = pid
-        response = _supervise(job, pid, res_r, out_r, start, meter, cpu)
+        response = _supervise(job, pid, res_r, out_r, start, meter, cpu, zygote.wait)
         # The child is dead and was the only writer: this read cannot block.
         with os.fdopen(setup_r, "rb") as f:
             setup_error = f.read(4096)
@@ -477,9 +635,11 @@ def _charge_cpu(response: dict, cpu: cleanup._CpuMeter) -> None:
         response["timed_out"], response["result"], response["result_problem"] = "cpu", None, None
 
 
-def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter: cleanup._MemoryMeter | None = None, cpu: cleanup._CpuMeter | None = None) -> dict:
+def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter: cleanup._MemoryMeter | None,
+               cpu: cleanup._CpuMeter | None, wait) -> dict:
     """Runs the job to its end, its CPU limit, its wall-clock ceiling or its
-    memory cap; returns the response ("timed_out": False, "cpu" or "wall")."""
+    memory cap; returns the response ("timed_out": False, "cpu" or "wall").
+    `wait(pid)` collects the killed child: (wait status, CPU seconds)."""
     deadline = start + float(job["wall_s"])
     output_limit = min(int(job.get("output_limit", 4096)), MAX_OUTPUT_BYTES)
     result, output, output_bytes, result_overflow = bytearray(), bytearray(), 0, False
@@ -535,18 +695,19 @@ def _supervise(job: dict, pid: int, res_r: int, out_r: int, start: float, meter:
                 target()
             except ProcessLookupError:
                 pass
-        _, status, rusage = os.wait4(pid, 0)
         try:
-            os.killpg(pid, signal.SIGKILL)  # stragglers left in the group
-        except ProcessLookupError:
-            pass
-        os.close(pidfd)
-        os.close(res_r)
-        os.close(out_r)
-    # Of the job's top process and the children it waited for; run_job
+            status, cpu_s = wait(pid)
+        finally:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # stragglers left in the group
+            except ProcessLookupError:
+                pass
+            os.close(pidfd)
+            os.close(res_r)
+            os.close(out_r)
+    # cpu_s: of the job's top process and the children it waited for; run_job
     # charges the whole job (_charge_cpu), which also decides a TIMEOUT that
     # RLIMIT_CPU's signals ended.
-    cpu_s = rusage.ru_utime + rusage.ru_stime
     code = os.waitstatus_to_exitcode(status)
     response = {
         "nonce": job["nonce"],
@@ -660,13 +821,20 @@ def main() -> None:
     cfg["tmp_root"] = root
     cleanup._prepare_cleaning(cfg)
     try:
-        _write_all(resp_fd, encode_frame({"ready": True, "pid": os.getpid(), "uid": os.getuid(), "tmp_root": root}))
+        # No process of the worker's uid may read its memory (/proc/PID/mem,
+        # ptrace): it holds every job's frame. Then the zygote, before any job.
+        _prctl(_PR_SET_DUMPABLE, 0)
+        zygote = _Zygote(cfg, (req_fd, resp_fd))
+        cfg["zygote_pid"] = zygote.pid
+        _write_all(resp_fd, encode_frame({"ready": True, "pid": os.getpid(), "uid": os.getuid(), "tmp_root": root, "zygote_pid": zygote.pid}))
         while True:
             job = read_frame(req_fd)
             if job is None:
                 return
             try:
-                response = run_job(job, cfg)
+                response = run_job(job, cfg, zygote)
+            except ZygoteError as e:
+                response = {"nonce": job.get("nonce"), "worker_error": _last_line(e), "zygote_lost": True, "retire": True}
             except Exception as e:
                 response = {"nonce": job.get("nonce"), "worker_error": _last_line(e)}
             _write_all(resp_fd, _bounded_frame(response))

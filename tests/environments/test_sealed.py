@@ -1,0 +1,115 @@
+"""No job can read another job's material, on every grading path that uses the
+sandbox: a secret planted in one job (hidden tests, a reference script, another
+candidate's answer, a task's files) is not in any memory a later candidate on
+the same pool can read, while the same scan finds a secret its own job carries.
+
+The scan (tests/environments/memscan.py) reads every readable region of every
+process it can open through /proc/PID/mem. Each test plants through the
+domain's own grader, then scans from a candidate on that grader's pool
+(sequential jobs from one thread reuse the same worker: the pool hands out its
+most recently freed slot)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import environments  # noqa: F401
+from environments import registry, sandbox
+from environments.cad import runner
+from environments.programs import assert_tests, grade_program, humaneval_tests, stdio_tests
+from environments.programs.values import untag
+from tests.environments import memscan
+
+_SCAN_S = 30.0  # CPU seconds for a scan of every readable byte (the kernel worker maps ~1 GB)
+
+
+def _python_scan(secret: str, carry: bool = False) -> tuple[int, int]:
+    job = sandbox.PythonJob(source=memscan.python_scan(secret, carry), entry="scan", calls=((),), timeout_s=_SCAN_S)
+    result = sandbox.run(job)
+    assert result.status is sandbox.Status.OK, result
+    hits, read = untag(result.result["results"][0]["ok"])
+    return hits, read
+
+
+def _assert_sealed(secret: str, scan) -> None:
+    hits, read = scan(secret)
+    assert read > 1 << 20, f"the scan read only {read} bytes"
+    assert hits == 0, f"a later candidate found the planted secret {hits} times in memory it can read"
+    hits, _ = scan(secret, carry=True)
+    assert hits >= 1, "the control scan did not find the secret its own job carries"
+
+
+def test_code_function_answers_are_sealed_from_later_jobs():
+    domain = registry.domain("rlpt/code-linear-easy-v0")
+    task = domain.sample(np.random.default_rng(0))
+    secret = memscan.new_secret()
+    grade = domain.grade(task, repr(secret))  # another candidate's answer in the group
+    assert grade.verdict.value == "FAIL"
+    _assert_sealed(secret, _python_scan)
+
+
+def test_hidden_check_functions_are_sealed_from_later_jobs():
+    secret = memscan.new_secret()
+    check = f"def check(candidate):\n    want = {secret!r}\n    for x in range(2):\n        assert candidate(x) == want\n"
+    tests = humaneval_tests(check, "f")
+    assert tests.form == "check"  # check() itself, secret and all, runs in the sandbox
+    assert grade_program("def f(x):\n    return x\n", tests).verdict.value == "FAIL"
+    _assert_sealed(secret, _python_scan)
+
+
+def test_decomposed_asserts_and_stdio_inputs_are_sealed_from_later_jobs():
+    secret = memscan.new_secret()
+    assert grade_program("def f(x):\n    return x\n", assert_tests([f"assert f({secret!r}) == 0"])).verdict.value == "FAIL"
+    assert grade_program("print(input())\n", stdio_tests([(secret, "nothing")])).verdict.value == "FAIL"
+    _assert_sealed(secret, _python_scan)
+
+
+def test_shell_task_files_are_sealed_from_later_jobs():
+    domain = registry.domain(registry.list_domains(family="terminal")[0].id)
+    task = domain.sample(np.random.default_rng(0))
+    secret = memscan.new_secret()
+    files, expected = task.hidden
+    planted = dataclasses.replace(task, hidden=({**files, "secret.txt": secret}, expected))
+    domain.grade(planted, f"cat secret.txt; echo {secret}")
+
+    def shell_scan(secret: str, carry: bool = False) -> tuple[int, int]:
+        source = memscan.python_scan(secret, carry) + "\nprint('memscan', *scan())\n"
+        result = sandbox.run(sandbox.ShellJob(script="exec python3 -I scan.py", files={"scan.py": source}, timeout_s=_SCAN_S))
+        assert result.status is sandbox.Status.OK, result
+        return memscan.parse_log(result.output.strip().splitlines()[-1])
+
+    _assert_sealed(secret, shell_scan)
+
+
+cad_only = pytest.mark.skipif(not runner.available()[0], reason=f"needs the cad extra: {runner.available()[1]}")
+
+
+def _cad_scan(assembly: bool):
+    def scan(secret: str, carry: bool = False) -> tuple[int, int]:
+        built = runner.build(memscan.cad_scan(secret, carry, assembly), timeout_s=_SCAN_S, assembly=assembly)
+        assert built.grade is None, built.grade
+        return memscan.parse_log(built.log)
+    return scan
+
+
+@cad_only
+def test_cad_reference_scripts_and_answers_are_sealed_from_later_jobs():
+    from environments.families import cad
+
+    secret = memscan.new_secret()
+    reference = f"# {secret}\nfrom build123d import *\nresult = Box(20, 10, 5)\n"
+    answer = f"# {secret}\nfrom build123d import *\nresult = Box(20, 10, 6)\n"
+    assert cad.grade_script(answer, reference).verdict.value == "FAIL"
+    _assert_sealed(secret, _cad_scan(assembly=False))
+
+
+@cad_only
+def test_cad_assembly_references_are_sealed_from_later_jobs():
+    from environments.families import cad_assembly
+
+    secret = memscan.new_secret()
+    reference = f"# {secret}\nfrom build123d import *\nresult = [Pos(0, 0, 5) * Box(20, 20, 10), Pos(0, 0, 15) * Box(10, 10, 10)]\n"
+    task = cad_assembly.AssemblyTask("two blocks", reference)
+    cad_assembly.grade_assembly("from build123d import *\nresult = [Pos(0, 0, 5) * Box(20, 20, 10)]\n", task)
+    _assert_sealed(secret, _cad_scan(assembly=True))
