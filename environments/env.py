@@ -51,6 +51,7 @@ from typing import Any, Callable, TypeVar
 import gymnasium
 
 from environments import registry, splits
+from environments.sandbox import SandboxRequired
 from environments.sandbox.worker import valid_text as _valid_text
 from environments.spaces import AnyText
 from environments.verdicts import Grade, Problem, ToolReply, Verdict, malformed, verifier_error
@@ -204,6 +205,8 @@ class TaskEnv(gymnasium.Env[str, str]):
         task = self._task
         try:
             return call_with_deadline(lambda: self._domain.grade(task, answer), self.grade_timeout_s)
+        except SandboxRequired:
+            raise  # the run's set-up cannot grade this domain at all: stop, do not mask
         except Exception as e:  # noqa: BLE001  the verifier's failure, never the answer's
             return verifier_error(f"the verifier failed ({type(e).__name__}: {e}); not scored")
 

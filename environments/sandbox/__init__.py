@@ -33,6 +33,8 @@ from environments.sandbox.pool import (
 )
 
 __all__ = [
+    "HIDDEN_FILES_KEY",
+    "SandboxRequired",
     "default_launcher",
     "JobResult",
     "Launcher",
@@ -45,6 +47,7 @@ __all__ = [
     "text_sha256",
     "wall_ceiling",
     "default_pool",
+    "require_sealed_disk",
     "run",
     "set_default_pool",
 ]
@@ -86,6 +89,39 @@ def set_default_pool(pool: SandboxPool | None) -> SandboxPool | None:
 
 def run(job: PythonJob | ShellJob) -> JobResult:
     return default_pool().run(job)
+
+
+# Set to 1 to grade domains whose hidden material lies on this host's disk
+# with plain workers, which can read it (see require_sealed_disk).
+HIDDEN_FILES_KEY = "RLPT_PLAIN_SANDBOX_ANSWERS_CAN_READ_HIDDEN_FILES"
+_accepted: set[str] = set()
+
+
+class SandboxRequired(RuntimeError):
+    """A domain whose hidden material is on disk was asked to grade with plain
+    workers. Not a verifier failure: environments.env lets it through, so the
+    run stops with its message instead of masking every answer."""
+
+
+def require_sealed_disk(what: str, pool: SandboxPool | None = None) -> None:
+    """Refuses (SandboxRequired) to grade `what` on `pool` (default: the shared
+    pool) when its workers are plain processes: their jobs see the host's
+    filesystem, where `what` keeps what it grades against (a public set's
+    reference meshes, a dataset file's hidden tests, a packaged benchmark's
+    tests). bubblewrap workers see only the runtime and their own work
+    directory (bwrap.py). `HIDDEN_FILES_KEY`=1 in the environment accepts the
+    risk: one warning per domain, then grading goes on."""
+    launcher = (pool or default_pool()).launcher
+    if getattr(launcher, "name", "") != "plain":
+        return
+    if os.environ.get(HIDDEN_FILES_KEY) == "1":
+        if what not in _accepted:
+            _accepted.add(what)
+            log.warning("sandbox: grading %s with plain workers, which can read its hidden files (%s=1)", what, HIDDEN_FILES_KEY)
+        return
+    raise SandboxRequired(
+        f"{what} keeps its hidden tests or references on this host's disk, and answers run by plain workers (no bubblewrap: "
+        f"{bwrap.probe()[1]}) could read them; install bubblewrap (launch/setup_system.sh) or set {HIDDEN_FILES_KEY}=1 to accept the risk")
 
 
 @atexit.register

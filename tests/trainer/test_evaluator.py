@@ -65,10 +65,26 @@ def test_success_means_chunks_and_keys():
     np.testing.assert_allclose(out[f"{prefix}/mean"], np.nanmean(list(per.values())))
     for d in DOMAINS:  # each domain is its own family here
       np.testing.assert_allclose(out[f"family_{prefix}/{d.split('/')[1].split('-')[0]}"], per[d])
+    # The masked samples are counted beside the success they left out of.
+    masked = {d: sum(d == DOMAINS[1] and t.domain == d and t.seed % 3 == 0 for t in ev.tasks) for d in DOMAINS}
+    assert masked[DOMAINS[1]] > 0
+    assert {d: out[f"{prefix}_masked/{d}"] for d in DOMAINS} == masked
+    assert out[f"{prefix}_masked/total"] == sum(masked.values())
   assert out["eval/domains"] == 2 and out["eval/tasks"] == 10
   assert set(_evaluator(sampled=False).run(Script(), 7)) == (
-      {f"success/{d}" for d in DOMAINS} | {"success/mean", "family_success/math",
-                                           "family_success/strings", "eval/domains", "eval/tasks"})
+      {f"success/{d}" for d in DOMAINS} | {f"success_masked/{d}" for d in DOMAINS}
+      | {"success/mean", "success_masked/total", "family_success/math",
+         "family_success/strings", "eval/domains", "eval/tasks"})
+
+
+def test_the_success_table_shows_masked_samples_beside_success():
+  from rlpt.metrics.report import success_table
+
+  base = {"success/mean": 0.5, "success/rlpt/a-v0": 0.5, "success_masked/rlpt/a-v0": 0.0, "success_masked/total": 0.0}
+  final = {"success/mean": 0.9, "success/rlpt/a-v0": 0.9, "success_masked/rlpt/a-v0": 7.0, "success_masked/total": 7.0}
+  table = success_table(base, final, ["rlpt/a-v0"])
+  assert "greedy: masked" in table.splitlines()[0]
+  assert "| a-v0 | 0.500 | 0.900 | +0.400 | 0 / 7 |" in table and "| mean | 0.500 | 0.900 | +0.400 | 0 / 7 |" in table
 
 
 def test_rotating_subsets_cover_every_domain_in_turn():
