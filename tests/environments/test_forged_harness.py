@@ -95,3 +95,32 @@ def test_code_graders_score_a_broken_harness_as_error(attack):
     program = ATTACKS[attack].replace("\n", "\n    ")
     tests = assert_tests(["assert f(2) == 4", "assert f(3) == 9"])
     _is_the_candidates(grade_program(f"def f(x):\n    {program}\n    return x * x\n", tests))
+
+
+@pytest.mark.parametrize("victim", ["zygote", "worker", "stop_worker"])
+def test_a_job_that_can_signal_its_worker_cannot_make_its_failure_an_infrastructure_error(victim):
+    """Where jobs run as their worker's uid (an unprivileged host; here root
+    without the uid drop), killing or stopping the worker or its zygote is
+    the job's failure (NO_RESULT, graded ERROR), never SANDBOX_ERROR."""
+    from environments import sandbox
+    from environments.job_failures import process_failure
+
+    config = {"uid": None, "gid": None, "tmp_dir": None, "reap": "none", "ipc": "new", "scratch": "none"}
+    pool = sandbox.SandboxPool(size=1, launcher=sandbox.PlainLauncher(), worker_config=config, memory_cgroups=False)
+    kill = {
+        "zygote": "os.kill(os.getppid(), signal.SIGKILL)",
+        "worker": "os.kill(int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]), signal.SIGKILL)",
+        "stop_worker": "os.kill(int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]), signal.SIGSTOP)",
+    }[victim]
+    try:
+        assert pool.jobs_share_worker_uid
+        job = sandbox.PythonJob(source=f"import os, signal, time\n{kill}\ntime.sleep(30)\n", timeout_s=1.0, wall_s=2.0)
+        result = pool.run(job)
+        assert result.status is sandbox.Status.NO_RESULT, result
+        grade = process_failure(result, 1.0)
+        assert grade.verdict is Verdict.ERROR and not grade.infra_error, grade
+        # The pool replaces the worker: the next job runs normally.
+        after = pool.run(sandbox.PythonJob(source="def f():\n    return 1\n", entry="f", calls=((),)))
+        assert after.status is sandbox.Status.OK, after
+    finally:
+        pool.close()
