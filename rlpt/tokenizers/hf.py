@@ -78,17 +78,23 @@ class HFTokenizer:
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.exists(file):
       raise FileNotFoundError(f"No tokenizer.json at '{file}'.")
-    self._tok = _Tok.from_file(file)
-    self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-    ids = _SpecialIds(directory, self._tok.token_to_id, bos_id, eos_id, pad_id)
+    tok = _Tok.from_file(file)
+    ids = _SpecialIds(directory, tok.token_to_id, bos_id, eos_id, pad_id)
     if ids.eos is None:
       raise ValueError(f"'{directory}': no EOS token found in tokenizer_config.json, "
                        "generation_config.json or config.json; pass eos_id.")
+    self._set(tok, ids.bos, ids.eos, ids.pad)
+
+  def _set(self, tok, bos: int | None, eos: int, pad: int | None):
+    """Takes a ``tokenizers.Tokenizer`` and its special ids (also for
+    rlpt.tokenizers.gguf, whose tokenizer comes from a GGUF file's metadata)."""
+    self._tok = tok
+    self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
     # Llama 3 / Qwen tokenizers may define no BOS: conversations then start bare.
-    self.eos_id = ids.eos
-    self.bos_id = ids.bos if ids.bos is not None else ids.eos
-    self.has_bos = ids.bos is not None
-    self.pad_id = ids.pad if ids.pad is not None else ids.eos
+    self.eos_id = eos
+    self.bos_id = bos if bos is not None else eos
+    self.has_bos = bos is not None
+    self.pad_id = pad if pad is not None else eos
     self._special = {self.bos_id, self.eos_id, self.pad_id}
 
   def token_id(self, token: str) -> int:
