@@ -18,6 +18,12 @@ each part's motion is the largest displacement of its bounding-box corners.
 An assembly stands when no part moves more than a tolerance. Contacts are
 made stiff (time constant 2 ms, time step 0.5 ms) so a part resting on
 another sinks by well under 0.05 mm.
+
+What is refused says whose fault it is: a part below the ground
+(BelowGround), too light or thin for MuJoCo (TooSmall: checked on the part's
+exact mass properties before MuJoCo sees it) or needing too many pieces
+(TooComplex) is the model's; anything MuJoCo raises on the pieces this
+module cut (its compile errors are plain ValueErrors) is the checker's.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import mujoco
 import numpy as np
 import trimesh
 
-from environments.cad.geometry import Solid
+from environments.cad.geometry import Solid, volume_moments
 
 HULL_MM = 0.1
 MAX_PIECES = 96
@@ -47,10 +53,23 @@ _FRICTIONS = [FRICTION, 0.005, 0.0001]  # sliding, torsional, rolling
 _GAP_SAMPLES = 64
 _SLIVER_MM3 = 1e-3     # a cut's crumbs are dropped: under MuJoCo's smallest mesh volume
 _MM = 1e-3             # the simulation runs in metres
+# A body's mass (kg) and principal inertias (kg m2) must exceed mjMINVAL
+# (1e-15) to compile; a part is refused, as the model's, under 10 times that
+# (a steel cube 0.4 mm across; the thinnest generated pin, 3 x 15 mm, is at 9e-10).
+MIN_INERTIA = 10 * mujoco.mjMINVAL
 
 
 class TooComplex(ValueError):
     """A part needs more than MAX_PIECES convex pieces (the model's design)."""
+
+
+class BelowGround(ValueError):
+    """A part starts below the ground plane (the model's placement)."""
+
+
+class TooSmall(ValueError):
+    """A part's mass or a principal moment of inertia is under what MuJoCo
+    simulates (the model's design: a speck or a needle)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +156,14 @@ def pieces_of(solid: Solid) -> tuple[np.ndarray, ...]:
     return pieces
 
 
+def mass_properties(solid: Solid) -> tuple[float, np.ndarray]:
+    """The part's mass (kg, steel) and principal moments of inertia (kg m2, 3)."""
+    _, cov = volume_moments(solid)
+    mass = DENSITY * solid.volume * _MM**3
+    inertia = mass * (np.trace(cov) * np.eye(3) - cov) * _MM**2  # about the centroid
+    return mass, np.linalg.eigvalsh(inertia)
+
+
 def _model(parts: list[tuple[np.ndarray, ...]]) -> mujoco.MjModel:
     spec = mujoco.MjSpec()
     spec.option.timestep = TIMESTEP_S
@@ -169,12 +196,19 @@ def _model(parts: list[tuple[np.ndarray, ...]]) -> mujoco.MjModel:
 
 def settle(solids: list[Solid], seconds: float = 1.0) -> Motion:
     """Simulate the parts where they are, on the ground plane z = 0, for
-    `seconds`; ValueError if a part starts below the ground, TooComplex if a
-    part cannot be cut into few enough convex pieces."""
+    `seconds`; BelowGround if a part starts below the ground, TooSmall if it
+    is too light or thin for MuJoCo, TooComplex if it cannot be cut into few
+    enough convex pieces: the model's faults. Any
+    other exception (MuJoCo's compile errors are ValueErrors) is the
+    checker's: its own pieces failed to simulate."""
     for k, s in enumerate(solids, 1):
         low = float(s.vertices[:, 2].min())
         if low < -GROUND_MM:
-            raise ValueError(f"part {k} starts {-low:.2f} mm below the ground (z = 0)")
+            raise BelowGround(f"part {k} starts {-low:.2f} mm below the ground (z = 0)")
+        mass, inertia = mass_properties(s)
+        if mass <= MIN_INERTIA or inertia.min() <= MIN_INERTIA:
+            raise TooSmall(f"part {k} is too small or thin to simulate ({s.volume:.3g} mm3, least principal inertia "
+                           f"{inertia.min():.2g} kg m2; at least {MIN_INERTIA:g})")
     parts = [pieces_of(s) for s in solids]
     model = _model(parts)
     data = mujoco.MjData(model)

@@ -16,10 +16,30 @@ Reward ladder:
   3. it is compared with the reference: volume IoU (manifold3d, exact on the
      meshes) and the largest point-to-surface distance both ways (trimesh, 256
      points each way, fixed seed). PASS iff IoU >= IOU_PASS and distance <=
-     DISTANCE_PASS_MM; else FAIL with reward 0.8 x IoU.
+     DISTANCE_PASS_MM; else FAIL with reward FAIL_REWARD_SCALE x `credit`.
 Every dimension in a prompt is a whole or half mm, so a wrong design misses by
 at least 0.5 mm somewhere, while the same design built another way meshes
-within the 0.05 mm tessellation tolerance.
+to nearly the same triangles: both parts are tessellated alike (runner.py:
+build123d's linear deflection is relative to each edge's size, so the 0.2 rad
+angular deflection governs, a full circle becoming 63 chords whatever its
+size, 6.2e-4 of its diameter off the true circle, 0.05 mm at 80 mm).
+
+Partial credit pays for features, not bulk. 0.8 x IoU paid 0.79 for a box of
+the plate's volume or the plate without its holes, against 1.0 for the part:
+an envelope carries nearly all the volume. A solid is its convex hull (its
+envelope) minus its features (what it leaves out of the hull: holes,
+pockets, the inside of an L), so `credit` is the product of the two
+agreements (geometry.agreement): the IoU of the hulls times the IoU of the
+feature sets, each of the latter's terms plus 0.1% of the reference hull's
+volume (so two convex parts' features agree, and mesh noise is no feature).
+The product is 1 only for the same solid, falls as either the envelope or a
+feature is off, and an envelope alone earns 0.8 x floor / (features + floor):
+0.11 on the plate of seed 0, at most 0.13 on any generated plate
+(tests/environments/test_cad_credit.py, benchmarks/cad_credit.py). For two
+convex parts (the block, the disc) it is 0.8 x IoU, as before. Features
+weigh by volume, so where a large one dwarfs the small ones a part without
+the small ones still earns nearly full credit: the L bracket without its two
+4 mm holes earns 0.80, the inside of its L being 99.8% of its feature volume.
 
 Render tool (multi-turn repair): a turn whose first line is `# render` is not
 graded; its script is built and the reply gives, per view (top, front, side,
@@ -85,16 +105,22 @@ def script_of(answer: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
-    """PASS needs volume IoU >= `iou` and surface distance <= `distance` (mm);
-    `linear_mm` is the candidate's tessellation deflection."""
+    """PASS needs volume IoU >= `iou` and surface distance <= `distance` (mm).
+
+    deflection: the candidate's linear tessellation deflection, runner.build's
+      `linear_mm`. build123d meshes with OCCT's relative deflection
+      (BRepMesh_IncrementalMesh(..., isRelative=True, ...)): it is a fraction
+      of each edge's size, not mm, so the same value suits a part of any
+      units (at 0.05 and 0.2 rad a circle gets 63 chords from 2 to 400 mm
+      across: the angular deflection governs)."""
 
     iou: float = IOU_PASS
     distance: float = DISTANCE_PASS_MM
-    linear_mm: float = runner.LINEAR_MM
+    deflection: float = runner.LINEAR_MM
 
     def __post_init__(self) -> None:
-        if not (0.0 < self.iou <= 1.0 and self.distance > 0 and self.linear_mm > 0):
-            raise ValueError(f"Tolerance needs 0 < iou <= 1 and positive distance and linear_mm, got {self}")
+        if not (0.0 < self.iou <= 1.0 and self.distance > 0 and self.deflection > 0):
+            raise ValueError(f"Tolerance needs 0 < iou <= 1 and positive distance and deflection, got {self}")
 
 
 GENERATED = Tolerance()
@@ -122,9 +148,9 @@ def reference_or_grade(script: str) -> "geometry.Solid | Grade":
         return Grade(Verdict.SANDBOX_ERROR, 0.0, f"sandbox failure building the reference: {e}")
 
 
-def candidate(script: str, linear_mm: float = runner.LINEAR_MM) -> "geometry.Solid | Grade":
+def candidate(script: str, deflection: float = runner.LINEAR_MM) -> "geometry.Solid | Grade":
     """Steps 1 and 2 of the ladder: the candidate's checked solid, or its grade."""
-    return checked(runner.build(script, linear_mm=linear_mm))
+    return checked(runner.build(script, linear_mm=deflection))
 
 
 def checked(built: runner.BuildOutcome) -> "geometry.Solid | Grade":
@@ -142,22 +168,34 @@ def checked(built: runner.BuildOutcome) -> "geometry.Solid | Grade":
         return failed(str(e))
 
 
+def credit(agree: "geometry.Agreement") -> float:
+    """A FAIL's reward: FAIL_REWARD_SCALE x envelope agreement x feature
+    agreement (geometry.agreement), in [0, FAIL_REWARD_SCALE]."""
+    return FAIL_REWARD_SCALE * max(0.0, min(1.0, agree.credit))
+
+
 def compare(cand: "geometry.Solid", ref: "geometry.Solid", tol: Tolerance = GENERATED) -> Grade:
-    """Step 3: PASS within the tolerances, else FAIL with partial credit."""
+    """Step 3: PASS within the tolerances, else FAIL with the feature credit."""
     iou = geometry.iou(cand, ref)
     distance = geometry.surface_distance(cand, ref)
     summary = f"volume IoU {iou:.4f}, surface distance up to {distance:.3g} mm"
     if iou >= tol.iou and distance <= tol.distance:
         return passed(summary)
-    return failed(f"{summary} (PASS needs IoU >= {tol.iou} and <= {tol.distance:.3g} mm)", reward=FAIL_REWARD_SCALE * max(0.0, min(1.0, iou)))
+    agree = geometry.agreement(cand, ref)
+    return failed(f"{summary}; convex hull IoU {agree.envelope:.3f}, feature (hull minus part) IoU {agree.features:.3f} "
+                  f"(PASS needs IoU >= {tol.iou} and <= {tol.distance:.3g} mm)", reward=credit(agree))
 
 
-def grade_against(script: str, ref: "geometry.Solid", tol: Tolerance) -> Grade:
-    """Steps 1-3 for a reference already in hand (e.g. a public set's mesh)."""
+def grade_against(script: str, ref: "geometry.Solid", tol: Tolerance, align: bool = False) -> Grade:
+    """Steps 1-3 for a reference already in hand (e.g. a public set's mesh);
+    with `align`, up to a rigid motion: the candidate is first moved onto the
+    reference (geometry.aligned), for sets whose text does not fix the pose."""
     if geometry is None:
         raise RuntimeError(_MISSING)
-    cand = candidate(script, tol.linear_mm)
-    return cand if isinstance(cand, Grade) else compare(cand, ref, tol)
+    cand = candidate(script, tol.deflection)
+    if isinstance(cand, Grade):
+        return cand
+    return compare(geometry.aligned(cand, ref) if align else cand, ref, tol)
 
 
 def grade_script(script: str, reference_script: str) -> Grade:

@@ -10,11 +10,15 @@ valid solid, checked on the host):
   2. the assembly must stand: the parts, where the script put them, on a
      ground plane at z = 0 under gravity for STAND_S (MuJoCo; each part cut
      into exact convex pieces first, environments/cad/physics.py): a part that
-     starts below the ground or moves more than STAND_MM is a FAIL, 0, naming
-     the part and how far it moved;
+     starts below the ground, is too small or thin for MuJoCo to simulate, or
+     moves more than STAND_MM is a FAIL, 0, naming the part and how far it
+     moved; MuJoCo failing on the convex pieces the checker cut (its compile
+     errors) is VERIFIER_ERROR, the checker's fault, never the model's FAIL;
   3. fixed assemblies: each part is compared with its reference part in place
      (volume IoU, surface distance, the part family's tolerances): PASS iff
-     all match, else FAIL with 0.8 x their mean IoU. The overhang task
+     all match, else FAIL with the mean of the parts' feature credits
+     (cad.credit: 0.8 x hull IoU x feature IoU, so a part's envelope alone
+     earns ~0 where its reference has features). The overhang task
      compares each plank's shape wherever it is (moved onto its reference's
      bounding-box centre), checks that each plank lies on the one below, and
      PASSes iff the top plank reaches the overhang asked for; short of it, a
@@ -175,9 +179,11 @@ def stands(parts: list) -> Grade | None:
         motion = physics.settle(parts, seconds=STAND_S)
     except physics.TooComplex as e:
         return failed(f"the assembly cannot be simulated: {e}")
-    except ValueError as e:
+    except (physics.BelowGround, physics.TooSmall) as e:
         return failed(str(e))
-    except Exception as e:  # noqa: BLE001  MuJoCo failing on our pieces is the checker's fault, never the model's
+    # MuJoCo refusing or failing on pieces the checker cut (its compile errors
+    # are ValueErrors) is the checker's fault, never the model's FAIL.
+    except Exception as e:  # noqa: BLE001
         return Grade(Verdict.VERIFIER_ERROR, 0.0, f"the physics check failed: {type(e).__name__}: {e}")
     moved, k = max((m, k) for k, m in enumerate(motion.moved_mm, 1))
     if moved > STAND_MM:
@@ -191,8 +197,8 @@ def _compare_in_place(parts: list, ref: tuple) -> Grade:
     if all(g.success for g in grades):
         return passed(f"{len(parts)} parts match, none interpenetrate, the assembly stands")
     k = next(k for k, g in enumerate(grades, 1) if not g.success)
-    ious = [cad.geometry.iou(p, r) for p, r in zip(parts, ref)]
-    return failed(f"part {k}: {grades[k - 1].feedback}", reward=cad.FAIL_REWARD_SCALE * float(np.mean(ious)))
+    credits = [cad.credit(cad.geometry.agreement(p, r)) for p, r in zip(parts, ref)]
+    return failed(f"part {k}: {grades[k - 1].feedback}", reward=float(np.mean(credits)))
 
 
 def _centre(s) -> np.ndarray:

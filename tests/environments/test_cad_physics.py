@@ -83,8 +83,25 @@ def test_a_resting_box_stays_and_a_raised_one_falls_its_height():
 
 
 def test_a_part_below_the_ground_is_refused():
-    with pytest.raises(ValueError, match="part 1 starts 1.00 mm below the ground"):
+    with pytest.raises(physics.BelowGround, match="part 1 starts 1.00 mm below the ground"):
         physics.settle([_box([0, 0, -1], [10, 10, 10])])
+    grade = cad_assembly.stands([_box([0, 0, -1], [10, 10, 10])])
+    assert grade.verdict is Verdict.FAIL and "below the ground" in grade.feedback
+
+
+def test_a_speck_is_the_models_fail_and_a_piece_mujoco_refuses_is_the_checkers(monkeypatch):
+    """MuJoCo's compile errors are ValueErrors: before, `stands` called each
+    one the model's FAIL. A part too small to simulate is the model's design
+    (FAIL, caught before MuJoCo); a convex piece the checker cut that MuJoCo
+    refuses is the checker's fault (VERIFIER_ERROR, which the trainer masks)."""
+    base = _box([0, 0, 0], [20, 20, 2])
+    speck = cad_assembly.stands([base, _box([0, 0, 2], [0.1, 0.1, 2.1])])
+    assert speck.verdict is Verdict.FAIL and "part 2 is too small or thin to simulate" in speck.feedback, speck
+    assert cad_assembly.stands([base, _box([0, 0, 2], [0.5, 0.5, 2.5])]) is None  # 0.5 mm still simulates
+    # The cut hands MuJoCo a flat piece (four coplanar corners): it cannot compile it.
+    monkeypatch.setattr(physics, "pieces_of", lambda solid: (np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.0]]),))
+    grade = cad_assembly.stands([base])
+    assert grade.verdict is Verdict.VERIFIER_ERROR and grade.infra_error and "coplanar" in grade.feedback, grade
 
 
 @pytest.mark.parametrize("centre_past_edge, stands", [(-0.05, True), (-0.01, True), (0.01, False), (0.05, False)])
