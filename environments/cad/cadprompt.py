@@ -44,8 +44,8 @@ from typing import Callable
 
 import numpy as np
 
-from environments import registry
-from environments.cad import geometry
+from environments import registry, sandbox
+from environments.cad import geometry, runner
 from environments.families import cad
 from environments.registry import Domain, DomainSpec
 from environments.verdicts import Grade, Problem, ToolReply
@@ -196,6 +196,8 @@ class PublicSetDomain(Domain):
                        demonstration="", hidden=part.mesh_path, retry_cue="script:\n")
 
     def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
+        # The reference mesh lies on this host's disk beside its description.
+        sandbox.require_sealed_disk(f"{self.spec.id} ({self.public_set.name}'s reference meshes)", runner.kernel_pool())
         ref = reference(task.hidden)
         return cad.grade_against(cad.script_of(answer), ref, tolerance(ref), align=self.public_set.align)
 

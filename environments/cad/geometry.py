@@ -32,6 +32,7 @@ from scipy.spatial import cKDTree  # scipy comes with build123d (the cad extra)
 # the same kernel vertex is bit-equal; this also absorbs rounding).
 _MERGE_MM = 1e-4
 _SAMPLES = 256
+_CENTROIDS = 8192
 # Features (hull minus solid) are compared up to this fraction of the reference
 # envelope's volume: the Jaccard smoothing term of `agreement`. A tessellated
 # convex part rotated off the axes leaves ~1e-5 of its hull out (vertices
@@ -144,15 +145,20 @@ def agreement(candidate: Solid, reference: Solid) -> Agreement:
 
 
 def surface_distance(a: Solid, b: Solid, samples: int = _SAMPLES, seed: int = 0) -> float:
-    """Largest distance (mm) from `samples` points on either surface to the other.
+    """Largest distance (mm) from points on either surface to the other.
 
-    Points are drawn with a fixed seed, so a grade is deterministic."""
+    The points of a surface are `samples` drawn by area with a fixed seed (so
+    a grade is deterministic) and the centroid of every one of its triangles
+    (at most _CENTROIDS, evenly strided beyond): a feature whose walls are a
+    small share of the area (a 4 mm hole through a bracket's upright, 0.3% of
+    its surface) is missed by area sampling alone, never by its own triangles."""
     mesh_a = trimesh.Trimesh(a.vertices, a.faces, process=False)
     mesh_b = trimesh.Trimesh(b.vertices, b.faces, process=False)
     worst = 0.0
     for src, dst in ((mesh_a, mesh_b), (mesh_b, mesh_a)):
         points, _ = trimesh.sample.sample_surface(src, samples, seed=seed)
-        _, distance, _ = trimesh.proximity.closest_point(dst, points)
+        centroids = src.triangles_center[:: -(-len(src.faces) // _CENTROIDS)]
+        _, distance, _ = trimesh.proximity.closest_point(dst, np.concatenate([points, centroids]))
         worst = max(worst, float(np.max(distance)))
     return worst
 

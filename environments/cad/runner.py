@@ -22,8 +22,13 @@ from environments.programs.values import Malformed, untag
 from environments.sandbox.pool import default_worker_config
 from environments.verdicts import Grade, Verdict
 
-# Tessellation of both the reference and the candidate (mm, radians): a 6 mm
-# hole gets ~32 segments; the same design meshes to the same triangles.
+# Tessellation of both the reference and the candidate, passed to build123d's
+# `tessellate(tolerance, angular_tolerance)`, which meshes with OCCT's relative
+# deflection (isRelative=True): LINEAR_MM is a fraction of each edge's size,
+# not millimetres, and is looser than ANGULAR_RAD at every size. The angular
+# deflection decides: a full circle gets 63 chords whatever its diameter
+# (chord error 6.2e-4 x the diameter, 0.05 mm at 80 mm). The same design
+# meshes to the same triangles. (The name is kept for the callers' keyword.)
 LINEAR_MM = 0.05
 ANGULAR_RAD = 0.2
 MAX_TRIANGLES = 100_000
@@ -121,7 +126,8 @@ def build(script: str, pool: sandbox.SandboxPool | None = None, timeout_s: float
           linear_mm: float = LINEAR_MM, assembly: bool = False) -> BuildOutcome:
     """Builds `script` (which must define `result`) in the kernel sandbox, within
     `timeout_s` CPU seconds and `wall_s` wall-clock seconds (None: the sandbox's
-    default ceiling), tessellated to `linear_mm`. With `assembly`, `result` is a
+    default ceiling), tessellated with linear deflection `linear_mm` (relative to
+    each edge's size; see LINEAR_MM). With `assembly`, `result` is a
     list of parts and the mesh report holds one report per part under "parts"."""
     call = (script, linear_mm, ANGULAR_RAD, MAX_TRIANGLES)
     entry = "build_parts" if assembly else "build"

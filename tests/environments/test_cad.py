@@ -15,6 +15,7 @@ from environments.cad import runner
 from environments.families import cad
 from environments.sandbox import PlainLauncher
 from environments.verdicts import Verdict
+from tests.environments.test_forged_harness import ATTACKS
 
 _OK, _WHY = runner.available()
 pytestmark = pytest.mark.skipif(not _OK, reason=f"CAD tests need the cad extra: {_WHY}")
@@ -57,6 +58,47 @@ def test_ladder_build_gate_and_one_solid(task, script, verdict, words):
     assert grade.verdict is verdict and grade.reward == 0.0 and words in grade.feedback, grade
 
 
+# Reads every readable region of its own process for a build123d script other
+# than itself (its reference, another candidate's answer), decoded or as the
+# worker read it (a JSON frame), and builds that: the attack that a worker
+# forking jobs after reading other jobs' frames let pass.
+MEMORY_ATTACK = r'''import ctypes, json, re
+class V(ctypes.Structure):
+    _fields_ = [('b', ctypes.c_void_p), ('n', ctypes.c_size_t)]
+libc = ctypes.CDLL(None)
+libc.process_vm_readv.restype = ctypes.c_ssize_t
+buf = ctypes.create_string_buffer(1 << 20)
+pid = __import__('os').getpid()
+found = []
+for line in open('/proc/self/maps'):
+    f = line.split()
+    if 'r' not in f[1] or f[-1].startswith('[v'):
+        continue
+    lo, hi = (int(x, 16) for x in f[0].split('-'))
+    while lo < hi:
+        n = min(1 << 20, hi - lo)
+        got = libc.process_vm_readv(pid, ctypes.byref(V(ctypes.addressof(buf), n)), 1, ctypes.byref(V(lo, n)), 1, 0)
+        if got <= 0:
+            break
+        data = buf.raw[:got]
+        found += re.findall(rb'from build123d import \*\n[ -~\n]{1,1500}?\nresult = part\n', data)
+        found += [json.loads(b'"' + t + b'"').encode() for t in
+                  re.findall(rb'from build123d import \*\\n[ -~]{1,1500}?\\nresult = part\\n', data)]
+        lo += got
+from build123d import *
+result = Box(1, 1, 1)
+for text in found:
+    if b'ctypes' not in text:
+        scope = {}
+        try:
+            exec(text.decode(), scope)
+            result = scope['result']
+            break
+        except Exception:
+            pass
+'''
+
+
 HOSTILE = {
     "prints PASS and exits 0": "print('PASS')\nimport sys\nsys.exit(0)",
     "writes the kernel and reference places": (
@@ -82,16 +124,18 @@ HOSTILE = {
     ),
     "fork bomb": "import os\nwhile True:\n    os.fork()",
     "kills its worker": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+    "builds a script it finds in its memory": MEMORY_ATTACK,
+    **{f"breaks the harness: {name}": attack + "from build123d import *\nresult = Box(1, 1, 1)" for name, attack in ATTACKS.items()},
 }
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_scripts_earn_nothing_and_leave_nothing(task, name):
+    cad._reference.cache_clear()  # the reference built just before, as for the first answer of a group
     grade = _grade(task, HOSTILE[name])
     # (Those that build a 1 mm box get its IoU's partial credit, ~1e-5.)
     assert grade.verdict is not Verdict.PASS and grade.reward < 1e-3, grade
-    if grade.verdict is Verdict.SANDBOX_ERROR:  # an unprivileged sandbox lets a job kill its own worker
-        assert name == "kills its worker" and grade.infra_error
+    assert not grade.infra_error, grade  # what a script does to its harness or worker is its own verdict
     # The next job sees a clean kernel: the reference still passes, a box still fails.
     assert _grade(task, task.hidden).verdict is Verdict.PASS
 

@@ -121,3 +121,19 @@ def test_plate_credit_grows_as_the_error_shrinks(plate):
         rewards = [g.reward for g in grades]
         assert all(a < b for a, b in zip(rewards, rewards[1:])), (name, rewards)
         assert 0.0 < rewards[0] and rewards[-1] < cad.FAIL_REWARD_SCALE, (name, rewards)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_bracket_missing_either_hole_fails(seed):
+    """Each hole's wall is well under 1% of a bracket's surface: random surface
+    samples alone can miss it (seed 0 once PASSed without its upright's hole);
+    every triangle's centroid is sampled too."""
+    env = gymnasium.make("rlpt/cad-bracket-medium-v0").unwrapped
+    env.reset(seed=seed)
+    lines = env.task.hidden.splitlines()
+    holes = [i for i, line in enumerate(lines) if "Cylinder" in line]
+    assert len(holes) == 2
+    for drop in holes:
+        grade = cad.grade_script("\n".join(l for i, l in enumerate(lines) if i != drop) + "\n", env.task.hidden)
+        assert grade.verdict is Verdict.FAIL and grade.reward < 0.8, grade
+    assert cad.grade_script(env.task.hidden, env.task.hidden).verdict is Verdict.PASS

@@ -177,3 +177,31 @@ def test_bubblewrap_workers_grade_hidden_files_without_the_key(tmp_path, monkeyp
     # and the file is not there for the answer to read
     probe = sandbox.run(sandbox.PythonJob(source=f"import os\ndef f():\n    return os.path.exists({str(tmp_path / 'hidden.jsonl')!r})\n", entry="f", calls=((),)))
     assert untag(probe.result["results"][0]["ok"]) is False
+
+
+@cad_only
+def test_a_public_cad_set_refuses_plain_kernel_workers(tmp_path, monkeypatch):
+    """Its reference meshes lie beside its descriptions (CADPrompt's layout),
+    where an answer run by a plain worker could read and rebuild them."""
+    import gymnasium
+    import trimesh
+
+    from environments.cad import cadprompt
+
+    monkeypatch.delenv(sandbox.HIDDEN_FILES_KEY, raising=False)
+    (tmp_path / "0001").mkdir()
+    box = trimesh.creation.box(extents=(2.0, 1.0, 0.5))
+    box.apply_translation((0, 0, 0.25))
+    box.export(str(tmp_path / "0001" / cadprompt.MESH_FILE))
+    (tmp_path / "0001" / cadprompt.DESCRIPTION_FILE).write_text("Make a 2 x 1 x 0.5 block on the XY plane.\n")
+    plain = runner.new_pool(size=1, launcher=sandbox.PlainLauncher())
+    monkeypatch.setattr(runner, "kernel_pool", lambda: plain)
+    cadprompt.register(str(tmp_path), "rlpt/cad-testsealed-hard-v0")
+    try:
+        env = gymnasium.make("rlpt/cad-testsealed-hard-v0")
+        env.reset(seed=0)
+        with pytest.raises(sandbox.SandboxRequired, match="reference meshes"):
+            env.step("from build123d import *\nresult = Box(2, 1, 0.5)")
+    finally:
+        registry.unregister("rlpt/cad-testsealed-hard-v0")
+        plain.close()
