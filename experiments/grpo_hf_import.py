@@ -11,6 +11,15 @@ byte-level tokenizer (rlpt.models.hf_fixtures) under .cache/rlpt/hf first and
 post-trains that for two steps. The imported model's own tokenizer is
 rlpt.pretrain.resolve_tokenizer(base); the byte-level fixture's ids equal the
 byte tokenizer's.
+
+Every episode is laid out in the model's own chat template
+(``rollout.chat_template="auto"``, rlpt.tokenizers.chat.PromptFormat): a
+prompt is a user turn, generation stops at the template's end-of-turn token,
+feedback comes back as user turns, and a template's default system turn
+(SmolLM2-Instruct's) is kept; ``--config.rollout.system_prompt=...`` sets one.
+A checkpoint without a template (a base model, the smoke fixture) gets bare
+prompts, BOS + text. The template's turns cost tokens (SmolLM2's default
+system turn and headers: 30), so prompts may be up to 128 tokens.
 """
 
 import os
@@ -33,6 +42,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # path refuses sliding-window and soft-capped attention (Gemma 2/3, Mistral's
   # window), so it stays off here (turn it on for Llama and Qwen checkpoints).
   c.rollout.share_prefix = False
+  c.rollout.update(chat_template="auto", system_prompt="", max_prompt_len=128)
   if arg == "smoke":
     from rlpt.models.hf_fixtures import ensure_tiny_llama
     c.base.hf_checkpoint = ensure_tiny_llama(SMOKE_CHECKPOINT)

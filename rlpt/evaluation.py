@@ -26,6 +26,7 @@ from rlpt.curriculum.signal import domain_family
 from rlpt.data import Task, eval_tasks
 from rlpt.keys import run_key
 from rlpt.sampling import SamplingParams
+from rlpt.tokenizers.chat import PromptFormat
 
 Play = Callable[[list, SamplingParams, object], object]
 # ``<measure>_masked/<domain>``: held-out samples of the domain the environments
@@ -40,11 +41,15 @@ class Evaluator:
   measured on the same tasks)."""
 
   def __init__(self, cfg: EvalConfig, domains: Sequence[str], seed: int, *, batch_size: int,
-               modes: tuple[SamplingParams, SamplingParams], tokenizer):
-    """``modes``: (the evaluation's sampling, the rollout's: ``eval.sampled``'s pass@1)."""
+               modes: tuple[SamplingParams, SamplingParams], tokenizer,
+               prompt_format: PromptFormat | None = None):
+    """``modes``: (the evaluation's sampling, the rollout's: ``eval.sampled``'s pass@1);
+    ``prompt_format``: how the played prompts were laid out (the rollout's;
+    default bare), so ``answers`` shows their text without the template."""
     self.cfg, self.domains, self.seed = cfg, tuple(domains), seed
     self.batch_size, (self.greedy, self.sampled) = batch_size, modes
     self.tokenizer = tokenizer
+    self.format = prompt_format if prompt_format is not None else PromptFormat(tokenizer)
     self.tasks = eval_tasks(self.domains, cfg.tasks_per_domain, seed=cfg.seed)
 
   def due(self, step: int, last_step: int) -> bool:
@@ -91,7 +96,7 @@ class Evaluator:
     model's answer (every turn of a multi-turn episode, joined) and the
     environment's verdict and reward; greedy (as ``success/``) or sampled."""
     out = []
-    stop = {self.tokenizer.pad_id, self.tokenizer.eos_id}
+    stop = {self.tokenizer.pad_id, self.tokenizer.eos_id, *self.format.stop_ids}
     sampling = self.sampled if sampled else self.greedy
     for chunk, (part, batch) in enumerate(self._play_chunks(play, tasks, sampling, "answers", step,
                                                             int(sampled))):
@@ -99,7 +104,7 @@ class Evaluator:
         tokens, mask = batch.seq.tokens[i], batch.seq.loss_mask[i]
         first = int(np.argmax(mask > 0)) + 1 if mask.any() else len(tokens)
         answer = [int(t) for t, m in zip(tokens[1:], mask) if m > 0 and int(t) not in stop]
-        prompt = [int(t) for t in tokens[1:first] if int(t) not in stop]
+        prompt = [t for t in self.format.prompt_text_ids(tokens[:first]) if t not in stop]
         out.append({"domain": task.domain, "prompt": self.tokenizer.decode(prompt),
                     "answer": self.tokenizer.decode(answer), "verdict": graded.verdict,
                     "reward": float(graded.reward)})

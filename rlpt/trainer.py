@@ -87,7 +87,8 @@ class Trainer:
       self.rollout.set_weights(self.actor.sampling_weights())
     sampling, greedy = source_cfg.modes
     self.evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed, batch_size=ro.batch_size,
-                               modes=(greedy, sampling), tokenizer=self.tokenizer)
+                               modes=(greedy, sampling), tokenizer=self.tokenizer,
+                               prompt_format=self.rollout.prompt_format)
     self.step, self._window_start = 0, None  # the window of the idle-fraction measure
     self.log = RunLog(workdir, cfg.domains.ids, is_primary())
     # The reference is saved as a pointer (path + fingerprint), not weights.

@@ -15,6 +15,9 @@ from rlpt.config.model import ATTENTION_IMPLS, LoraConfig, ModelConfig
 # rollout.decode_kernel's choices (rlpt.models.decode_kernel implements them).
 DECODE_KERNELS = ("xla", "pallas", "pallas-tpu", "pallas-gpu", "pallas-interpret",
                   "pallas-interpret-gpu")
+# rollout.chat_template's choices (rlpt.tokenizers.chat.CHAT_TEMPLATE_CHOICES: "auto",
+# "none" and its templates; a test keeps the two equal).
+CHAT_TEMPLATES = ("auto", "none", "llama3", "chatml", "gemma")
 
 @dataclasses.dataclass(frozen=True)
 class BaseModelConfig:
@@ -107,6 +110,17 @@ class RolloutConfig:
   # "pallas-interpret" / "pallas-interpret-gpu" (the TPU / GPU kernel
   # interpreted: CPU tests). Anything but "xla" takes the fast path.
   decode_kernel: str = "xla"
+  # How prompts and observations become ids (rlpt.tokenizers.chat.PromptFormat):
+  # "auto" lays every turn out in the tokenizer's own chat template (a prompt
+  # is a user turn, generation stops at its end-of-turn token, observations
+  # are user turns) and prompts bare (BOS + text, observations appended as
+  # text) when it has none, as the built-in byte-level bases and base models
+  # do; "none" prompts bare; a template name (llama3, chatml, gemma) forces
+  # that template. system_prompt: the system turn; "" adds none of the run's
+  # own, so a template that has a default system turn (SmolLM2-Instruct's)
+  # keeps it, as transformers' apply_chat_template does.
+  chat_template: str = "auto"
+  system_prompt: str = ""
 
   @property
   def fast_sampler(self) -> bool:
@@ -116,6 +130,13 @@ class RolloutConfig:
     _require(self.decode_kernel in DECODE_KERNELS,
              f"rollout.decode_kernel is {self.decode_kernel!r}; expected one of "
              f"{list(DECODE_KERNELS)} (pallas: TPU or GPU; the interpreted ones: CPU tests).")
+    _require(self.chat_template in CHAT_TEMPLATES,
+             f"rollout.chat_template is {self.chat_template!r}; expected one of "
+             f"{list(CHAT_TEMPLATES)} ('auto': the tokenizer's own template if it has one, "
+             "else bare prompts; 'none': bare prompts).")
+    _require(not (self.system_prompt and self.chat_template == "none"),
+             f"rollout.system_prompt is set ({self.system_prompt[:40]!r}) but "
+             "rollout.chat_template is 'none': bare prompts have no system turn.")
     _require(self.max_attempts >= 1, f"rollout.max_attempts must be >= 1, got {self.max_attempts}.")
     _require(self.max_turns >= 0,
              f"rollout.max_turns must be >= 0 (0 = each domain's own), got {self.max_turns}.")

@@ -1,8 +1,10 @@
 """Token layout: prompts -> sampler input, (prompt, completion) -> training sequence.
 
-Every sequence is BOS + prompt + completion, right-padded, at positions
+Every sequence is the prompt's ids + completion, right-padded, at positions
 0..L-1: the same positions the sampler used, so training log-probs match the
-sampler's exactly.
+sampler's exactly. A prompt's ids are its `PromptFormat`'s
+(rlpt.tokenizers.chat): BOS + text when bare, the model's chat template
+otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from rlpt.curriculum.signal import SUM_PREFIX
 from rlpt.packing import pack_width
 from rlpt.tokenizers import Tokenizer
+from rlpt.tokenizers.chat import PromptFormat
 
 
 def bucket_length(n: int, max_len: int, bucket: int, ladder: bool = False) -> int:
@@ -36,21 +39,24 @@ def bucket_length(n: int, max_len: int, bucket: int, ladder: bool = False) -> in
 
 
 def encode_prompts(texts: Sequence[str], tokenizer: Tokenizer, max_len: int,
-                   domains: Sequence[str] | None = None,
-                   bucket: int = 0) -> tuple[np.ndarray, np.ndarray]:
-  """Right-padded [B, P] prompt ids (BOS first) and their lengths [B].
+                   domains: Sequence[str] | None = None, bucket: int = 0,
+                   prompt_format: PromptFormat | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """Right-padded [B, P] prompt ids and their lengths [B].
 
-  P is ``max_len``, or with ``bucket`` > 0 the longest prompt rounded up to a
-  multiple of ``bucket`` and onto the 2^k / 1.5 * 2^k ladder (bucket_length;
-  never more than ``max_len``).
+  Each prompt is ``prompt_format.prompt_ids(text)`` (default: bare, BOS +
+  text). P is ``max_len``, or with ``bucket`` > 0 the longest prompt rounded
+  up to a multiple of ``bucket`` and onto the 2^k / 1.5 * 2^k ladder
+  (bucket_length; never more than ``max_len``).
   """
+  fmt = prompt_format if prompt_format is not None else PromptFormat(tokenizer)
   encoded = []
   for i, text in enumerate(texts):
-    ids = [tokenizer.bos_id] + tokenizer.encode(text)
+    ids = fmt.prompt_ids(text)
     if len(ids) > max_len:
       where = f" from domain '{domains[i]}'" if domains is not None else ""
+      layout = "with BOS" if fmt.template is None else f"in the '{fmt.name}' chat template"
       raise ValueError(
-          f"prompt{where} has {len(ids)} tokens (with BOS) but the limit "
+          f"prompt{where} has {len(ids)} tokens ({layout}) but the limit "
           f"(rollout.max_prompt_len) is {max_len}: {text[:80]!r}")
     encoded.append(ids)
   width = bucket_length(max((len(e) for e in encoded), default=1), max_len, bucket, ladder=True)
@@ -93,7 +99,7 @@ def build_sequences(prompts_BxP: np.ndarray, prompt_lengths_B: np.ndarray,
 
 def pad_contexts(contexts: Sequence[Sequence[int]], max_len: int, pad_id: int,
                  bucket: int = 0) -> tuple[np.ndarray, np.ndarray]:
-  """Right-padded [B, P] sampler input from token lists (BOS included) and lengths [B].
+  """Right-padded [B, P] sampler input from token lists (whole contexts) and lengths [B].
 
   The token-level twin of `encode_prompts` for later turns of an episode:
   the conversation so far is kept as the exact tokens sampled and observed,
@@ -114,8 +120,9 @@ def build_episode_sequences(tokens: Sequence[Sequence[int]], model_mask: Sequenc
                             pad_id: int) -> SequenceBatch:
   """Training sequences of whole episodes.
 
-  ``tokens[i]`` is episode i's conversation (BOS, prompt, then each turn's
-  sampled completion followed by the environment's observation tokens);
+  ``tokens[i]`` is episode i's conversation (the prompt's ids, then each
+  turn's sampled completion followed by the observation's ids, as its
+  `PromptFormat` lays them out);
   ``model_mask[i][t]`` is 1 where token t was sampled by the policy and
   ``logp[i][t]`` its sampling log-prob. Only sampled tokens carry loss.
   """
@@ -142,7 +149,7 @@ class RolloutBatch:
   """One rollout's graded samples as host arrays, one row per sample (each
   group's samples adjacent, groups in prompt order).
 
-  Per token: ``tokens`` [B, L] (BOS + prompt + completion, right-padded);
+  Per token: ``tokens`` [B, L] (prompt ids + completion, right-padded);
   ``loss_mask`` and ``old_logp`` [B, L-1], aligned to target tokens 1..L-1.
   Per row: ``rewards``; ``valid`` (0 where the environment could not grade:
   the sample is masked); ``lengths`` (the last turn's completion) and

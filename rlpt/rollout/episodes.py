@@ -4,7 +4,10 @@
 prompt, hands the answers to the environments, and keeps going until every
 episode has ended. Each later turn samples only for the episodes still
 running, from their whole conversation so far (the exact tokens sampled and
-observed, never re-tokenized). An episode ends when its environment ends it or
+observed, never re-tokenized). Prompts and observations become ids by the
+runner's `PromptFormat` (rlpt.tokenizers.chat): bare text, or turns of the
+model's chat template, whose headers and observations carry no loss. An
+episode ends when its environment ends it or
 when its next context would exceed ``max_prompt_len`` (then it ends unsolved,
 with the reward it has).
 
@@ -47,6 +50,7 @@ from rlpt.config import RolloutConfig
 from rlpt.packing import pack_width
 from rlpt.rollout.batch import SequenceBatch, build_episode_sequences, encode_prompts, pad_contexts
 from rlpt.rollout.pool_api import EnvironmentPool
+from rlpt.tokenizers.chat import PromptFormat
 
 
 class EpisodeBatch(NamedTuple):
@@ -59,19 +63,28 @@ class EpisodeBatch(NamedTuple):
 class EpisodeRunner:
   """Drives episodes on an environment pool (an `EnvironmentPool`) with a sampler.
 
-  tokenizer: encodes prompts / observations and decodes answers.
+  tokenizer: decodes answers.
   rollout: the run's ``rollout`` section (``max_prompt_len``, the context an
     episode may fill; ``max_new_tokens`` per turn; ``interleave_turns``).
-  stop_ids: tokens that end a completion (dropped from the answer text).
+  stop_ids: tokens that end a completion (dropped from the answer text): the
+    sampler's, which include the format's.
   bucket: prompt buffers are padded to a multiple of this many tokens.
   min_ready: interleaved, the share of running episodes that must be ready
     before the sampler runs (when nothing else is running, it runs anyway).
+  prompt_format: how prompts and observations become ids (default: bare,
+    BOS + text, observations appended as text).
   """
 
   def __init__(self, pool: EnvironmentPool, tokenizer, rollout: RolloutConfig,
-               stop_ids: Sequence[int], bucket: int, min_ready: float = 0.5):
+               stop_ids: Sequence[int], bucket: int, min_ready: float = 0.5,
+               prompt_format: PromptFormat | None = None):
     if not 0.0 < min_ready <= 1.0:
       raise ValueError(f"min_ready must be in (0, 1], got {min_ready}")
+    self.format = prompt_format if prompt_format is not None else PromptFormat(tokenizer)
+    if not set(self.format.stop_ids) <= set(int(x) for x in stop_ids):
+      raise ValueError(f"the sampler stops at {sorted(int(x) for x in stop_ids)}, not at every "
+                       f"stop token of the '{self.format.name}' prompt format "
+                       f"{list(self.format.stop_ids)}.")
     self.pool, self.tokenizer = pool, tokenizer
     self.max_prompt_len, self.max_new_tokens = rollout.max_prompt_len, rollout.max_new_tokens
     self.stop_ids = set(int(x) for x in stop_ids)
@@ -163,7 +176,7 @@ class EpisodeRunner:
     metrics["time/reset"] += time.perf_counter() - t
     ids, lengths = encode_prompts([ep.prompt for ep in episodes], self.tokenizer,
                                   self.max_prompt_len, [tk.domain for tk in tasks],
-                                  bucket=self.bucket)
+                                  bucket=self.bucket, prompt_format=self.format)
     return episodes, ids, lengths, _State(len(tasks), [list(ids[i, :n]) for i, n in enumerate(lengths)])
 
   def _batch(self, episodes, st: _State, prompt_width: int, metrics: dict) -> EpisodeBatch:
@@ -228,7 +241,7 @@ class EpisodeRunner:
     st.final[i] = step.graded
     if step.done:
       return False
-    obs = self.tokenizer.encode(step.observation)
+    obs = self.format.observation_ids(step.observation, st.ctx[i][-1])
     if len(st.ctx[i]) + len(obs) > self.max_prompt_len:
       st.overflow[i] = True
       return False

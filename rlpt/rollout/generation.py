@@ -28,13 +28,17 @@ from rlpt.sampling.fast import FastSampler, FlatLayout
 from rlpt.rollout.speculative import SpeculativeRollout
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import QuantizedState, quantize_params
+from rlpt.tokenizers.chat import prompt_format
 
 
 class RolloutSampling:
   """The samplers of a run and the weights they sample with.
 
   ``params``: the sampler's copy of the policy (set by ``handoff``); ``spec``:
-  the speculative draft (``SpeculativeRollout``) or None.
+  the speculative draft (``SpeculativeRollout``) or None; ``prompt_format``:
+  how the run's prompts and observations become ids
+  (rlpt.tokenizers.chat.prompt_format of ``rollout.chat_template`` /
+  ``system_prompt``), whose stop tokens every sampler stops at.
   """
 
   def __init__(self, cfg: SourceConfig, ctx: RunContext, model: SampledModel):
@@ -44,7 +48,9 @@ class RolloutSampling:
     self.params = None
     tokenizer, mesh, rules, programs = ctx.tokenizer, ctx.mesh, ctx.sample_rules, ctx.programs
     graphdef, model_cfg = model.graphdef, model.model_cfg
-    args = (ro.max_prompt_len, ro.max_new_tokens, tokenizer.pad_id, (tokenizer.eos_id,))
+    self.prompt_format = prompt_format(tokenizer, ro.chat_template, ro.system_prompt)
+    stop_ids = self.prompt_format.stop_ids
+    args = (ro.max_prompt_len, ro.max_new_tokens, tokenizer.pad_id, stop_ids)
     phases = ro.decode_phases
     if not phases:
       plain = model_cfg.full_dense_attention and not speculative.gamma
@@ -88,12 +94,12 @@ class RolloutSampling:
       if cfg.engine.prompts and not prompt_len:   # a prompt row holds all but a prompt's last token
         prompt_len = ro.max_prompt_len - 1
       self.engine = Engine(dataclasses.replace(cfg.engine, max_len=max_len, prompt_len=prompt_len,
-                                               kv_int8=ro.kv_int8), ctx, model, (tokenizer.eos_id,))
+                                               kv_int8=ro.kv_int8), ctx, model, stop_ids)
     if speculative.gamma:
       layouts = {False: FlatLayout(ro.kv_int8)}
       if self.group_generate_fns:
         layouts[True] = PrefixLayout(ro.group_size, ro.kv_int8)
-      self.speculative = SpeculativeRollout(cfg, ctx, model, param_sh, layouts)
+      self.speculative = SpeculativeRollout(cfg, ctx, model, param_sh, layouts, stop_ids)
 
   def handoff(self, params: nnx.State) -> None:
     """Gives the sampler ``params`` (already in the sampling layout), quantized

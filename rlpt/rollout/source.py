@@ -74,9 +74,13 @@ class RolloutSource:
     # (producer threads read it while the loop publishes).
     self.latest: tuple[int, object] = (0, None)
     self.samplers = RolloutSampling(cfg, ctx, model)
+    # How prompts and observations become ids (rollout.chat_template): the
+    # episodes', the draft's warm-up prompts' and the evaluator's displays.
+    self.prompt_format = self.samplers.prompt_format
     self.pool = pool if pool is not None else make_env_pool(cfg.env, cfg.domains, rollout)
     self.episode_runner = EpisodeRunner(self.pool, ctx.tokenizer, rollout,
-                                        self.samplers.sampler.stop_ids, PROMPT_BUCKET)
+                                        self.samplers.sampler.stop_ids, PROMPT_BUCKET,
+                                        prompt_format=self.prompt_format)
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
     self.task_stream = TaskStream(ctx.seed, rollout.prompts_per_step)
@@ -300,7 +304,7 @@ class RolloutSource:
       if i % 10 == 0:
         prompts = self.pool.reset(tasks.sample(ro.batch_size))
         ids, lengths = encode_prompts([p.text for p in prompts], self.tokenizer, ro.max_prompt_len,
-                                      bucket=PROMPT_BUCKET)
+                                      bucket=PROMPT_BUCKET, prompt_format=self.prompt_format)
         comp, logp, n = self.samplers.generate(ids, lengths, self.sampling,
                                           self.ctx.key("draft_warmup", i))
         seq = build_sequences(ids, lengths, comp, n, logp, self.tokenizer.pad_id)

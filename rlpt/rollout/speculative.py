@@ -33,15 +33,16 @@ class SpeculativeRollout:
 
   ``param_sh``: the policy's shardings as the sampler holds it (int8 or not);
   ``layouts``: {grouped: cache layout} ({False: flat} and, with prefix
-  sharing, {True: prefix layout}).
+  sharing, {True: prefix layout}); ``stop_ids``: the tokens sampling stops at
+  (the run's prompt format's).
   """
 
   def __init__(self, cfg: SourceConfig, ctx: RunContext, model: SampledModel, param_sh,
-               layouts: dict):
+               layouts: dict, stop_ids: tuple[int, ...]):
     spec_cfg, ro, tok = cfg.speculative, cfg.rollout, ctx.tokenizer
     self.cfg, self.ctx = spec_cfg, ctx
     self.graphdef, self.model_cfg, self.layouts = model.graphdef, model.model_cfg, layouts
-    self.args = (ro.max_prompt_len, ro.max_new_tokens, tok.pad_id, (tok.eos_id,))
+    self.args = (ro.max_prompt_len, ro.max_new_tokens, tok.pad_id, tuple(stop_ids))
     self.param_sh, self.mesh, self.rules = param_sh, ctx.mesh, ctx.sample_rules
     self.draft_cfg = spec_cfg.draft_config(model.model_cfg)
     self.draft_graphdef, params = nnx.split(Transformer(self.draft_cfg,

@@ -5,6 +5,9 @@ Special ids come from the checkpoint directory: ``tokenizer_config.json``
 (``bos_token`` / ``eos_token`` / ``pad_token``, as strings or
 ``{"content": ...}``), then ``generation_config.json`` and ``config.json``
 (``*_token_id``). A missing pad falls back to EOS (padding is masked anyway).
+The Jinja chat template (``chat_template``, None if none) is the directory's
+chat_template.jinja, else tokenizer_config.json's ``chat_template``, as
+transformers reads them; rlpt.tokenizers.chat lays prompts out by it.
 
 ``encode`` never adds BOS/EOS; special-token *text* inside ``text`` is parsed
 as the special token by tokenizers (added tokens) and by SentencePiece only
@@ -36,6 +39,21 @@ def _first_id(x: Any) -> int | None:
   if isinstance(x, list):
     return int(x[0]) if x else None
   return None if x is None else int(x)
+
+
+def read_chat_template(directory: str | None) -> str | None:
+  """The Jinja chat template of a checkpoint directory, or None. A list of
+  named templates (older tokenizer_config.json files) gives its "default"."""
+  if not directory:
+    return None
+  path = os.path.join(directory, "chat_template.jinja")
+  if os.path.exists(path):
+    with open(path) as f:
+      return f.read()
+  template = _read_json(os.path.join(directory, "tokenizer_config.json")).get("chat_template")
+  if isinstance(template, list):
+    template = {t.get("name"): t.get("template") for t in template}.get("default")
+  return template or None
 
 
 class _SpecialIds:
@@ -84,6 +102,7 @@ class HFTokenizer:
       raise ValueError(f"'{directory}': no EOS token found in tokenizer_config.json, "
                        "generation_config.json or config.json; pass eos_id.")
     self._set(tok, ids.bos, ids.eos, ids.pad)
+    self.chat_template = read_chat_template(directory)
 
   def _set(self, tok, bos: int | None, eos: int, pad: int | None):
     """Takes a ``tokenizers.Tokenizer`` and its special ids (also for
@@ -103,6 +122,11 @@ class HFTokenizer:
     if i is None:
       raise KeyError(f"token '{token}' is not in this tokenizer's vocabulary.")
     return i
+
+  def token_text(self, i: int) -> str:
+    """The vocabulary's text of token ``i`` (a special token's as written in a
+    chat template; Jinja templates' ``bos_token`` / ``eos_token``)."""
+    return self._tok.id_to_token(int(i))
 
   def encode(self, text: str) -> list[int]:
     return self._tok.encode(text, add_special_tokens=False).ids
@@ -145,12 +169,17 @@ class SentencePieceTokenizer:
     self.has_bos = ids.bos is not None
     self.pad_id = ids.pad if ids.pad is not None else ids.eos
     self._lookup = lookup
+    self.chat_template = read_chat_template(directory)
 
   def token_id(self, token: str) -> int:
     i = self._lookup(token)
     if i is None:
       raise KeyError(f"token '{token}' is not in this tokenizer's vocabulary.")
     return i
+
+  def token_text(self, i: int) -> str:
+    """The vocabulary's piece of token ``i`` (see HFTokenizer.token_text)."""
+    return self._sp.id_to_piece(int(i))
 
   def encode(self, text: str) -> list[int]:
     return list(self._sp.encode(text, out_type=int))
