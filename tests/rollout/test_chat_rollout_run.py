@@ -23,6 +23,7 @@ from experiments import grpo_hf_import  # noqa: E402
 from rlpt.config import TrainConfig, from_config_dict  # noqa: E402
 from rlpt.data import Task  # noqa: E402
 from rlpt.models.hf_fixtures import make_tiny_llama, write_byte_tokenizer  # noqa: E402
+from rlpt.tokenizers.chat import TEMPLATES, generation_prompt_ids  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REVERSE = "rlpt/strings-reverse-easy-v0"
@@ -65,7 +66,7 @@ def test_a_chat_checkpoint_plays_and_trains_in_its_template(tmp_path, monkeypatc
     tasks = [Task(REVERSE, s, "train") for s in range(cd.rollout.batch_size)]
     prompts = [p.text for p in source.pool.reset(tasks)]
     played = source.episodes(tasks, source.sampling)
-    user, reply = list(fmt._user), list(fmt.suffix)
+    user, reply = generation_prompt_ids(tok, TEMPLATES["chatml"], "user"), list(fmt.suffix)
     newline = tok.encode("\n")
     for i, prompt in enumerate(prompts):
       # An episode ends on a sampled turn (the policy may sample PAD too).
