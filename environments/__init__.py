@@ -7,6 +7,11 @@ Importing this package registers every domain with `gymnasium.register`:
     prompt, info = env.reset(seed=0, options={"split": "train"})
     _, reward, terminated, truncated, info = env.step(info["demonstration"])  # reward 1.0
 
+Every built-in domain also shows its tasks as an instruct model expects them,
+in words with the answer format stated (`gymnasium.make(id,
+prompt_style="instruct")`); every grader reads the final answer from where
+such models put it (`environments.answers`).
+
 Pure Python + numpy + gymnasium; never imports JAX. See `environments.env`
 for the episode protocol, `environments.registry` for discovery/filtering, and
 `environments.sandbox` for how model-written code is executed, and

@@ -7,6 +7,17 @@ Episode protocol (text in, text out):
 * `step(answer)` -> (obs, reward, terminated, truncated, info) with
   info = {"verdict", "success", "feedback", "infra_error", "domain", "attempt"}.
 
+Prompt styles (`gymnasium.make(id, prompt_style=...)`, per environment, never
+per sample): "bare" (the default) shows each task's compact prompt ("47+38=")
+and demonstrates its bare answer, as the tiny byte-level base learned them;
+"instruct" shows the same task (same key, so the same split) stated in words
+with its answer format ("... Put your final answer on a last line of the form
+`Answer: <integer>`."), and demonstrates a reply an instruct model would
+write (`Problem.instruct`). Observation and answer bounds are the style's
+(`DomainSpec.bounds`). Grading is the same in both: every domain takes the
+final answer from where instruct models put it (`environments.answers`), and a
+bare answer is its own final answer. reset info holds "prompt_style".
+
 Single-turn (`max_attempts=1`, the default): every step terminates.
 Multi-turn (`gymnasium.make(id, max_attempts=k)`): a failed attempt with attempts
 left returns terminated=False, truncated=False and an observation holding the
@@ -54,7 +65,7 @@ from environments import registry, splits
 from environments.sandbox import SandboxRequired
 from environments.sandbox.worker import valid_text as _valid_text
 from environments.spaces import AnyText
-from environments.verdicts import Grade, Problem, ToolReply, Verdict, malformed, verifier_error
+from environments.verdicts import Grade, Instruct, Problem, ToolReply, Verdict, malformed, verifier_error
 
 # Feedback text is cut to this many characters before it reaches the model.
 FEEDBACK_MAX_CHARS = 256
@@ -105,11 +116,13 @@ class TaskEnv(gymnasium.Env[str, str]):
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, domain_id: str, max_attempts: int = 1, max_turns: int | None = None,
-                 grade_timeout_s: float | None | str = "default") -> None:
+                 grade_timeout_s: float | None | str = "default", prompt_style: str = "bare") -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         self._domain = registry.domain(domain_id)
         self.domain_spec = self._domain.spec
+        prompt_chars, answer_chars = self.domain_spec.bounds(prompt_style)  # ValueError naming a bad style
+        self.prompt_style = prompt_style
         if grade_timeout_s == "default":
             grade_timeout_s = None if "sandbox" in self.domain_spec.tags else GRADE_TIMEOUT_S
         if grade_timeout_s is not None and (isinstance(grade_timeout_s, bool) or not isinstance(
@@ -124,13 +137,14 @@ class TaskEnv(gymnasium.Env[str, str]):
                 raise ValueError(f"max_turns must be an int >= 1, got {max_turns!r}")
         # None: an ordinary domain, whose every step is a graded attempt.
         self.max_turns = max_turns if max_turns is not None else self.domain_spec.max_turns
-        obs_chars = self.domain_spec.max_prompt_chars
+        obs_chars = prompt_chars
         if max_attempts > 1 or self.max_turns is not None:
             # Feedback observation: "\n<VERDICT>: <feedback>\n<retry cue>".
-            obs_chars = max(obs_chars, FEEDBACK_MAX_CHARS + 32 + self.domain_spec.max_prompt_chars)
+            obs_chars = max(obs_chars, FEEDBACK_MAX_CHARS + 32 + prompt_chars)
         self.observation_space = AnyText(obs_chars)
-        self.action_space = AnyText(self.domain_spec.max_answer_chars)
+        self.action_space = AnyText(answer_chars)
         self._task: Problem | None = None
+        self._shown: Instruct | None = None  # the task as this env's prompt style shows it
         self._attempt = 0
         self._turn = 0
         self._tool_calls = 0
@@ -150,17 +164,23 @@ class TaskEnv(gymnasium.Env[str, str]):
         split = splits.check_split(options.pop("split", "train"))
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; allowed: ['split']")
-        self._task = splits.draw(self._domain, self.np_random, split)
+        task = splits.draw(self._domain, self.np_random, split)
+        try:
+            shown = task.styled(self.prompt_style)
+        except ValueError as e:
+            raise ValueError(f"{self.domain_spec.id}: {e}") from None
+        self._task, self._shown = task, shown
         self._attempt = self._turn = self._tool_calls = self._tool_errors = 0
         self._done = False
         info = {
             "domain": self.domain_spec.id,
-            "task_id": splits.task_id(self._task.key),
-            "demonstration": self._task.demonstration,
+            "task_id": splits.task_id(task.key),
+            "demonstration": shown.demonstration,
+            "prompt_style": self.prompt_style,
         }
         if self.max_turns is not None:
-            info["demonstration_turns"] = list(self._task.demonstration_turns)
-        return self._task.prompt, info
+            info["demonstration_turns"] = list(shown.demonstration_turns)
+        return shown.prompt, info
 
     def step(self, action: str | bytes) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._task is None:
@@ -238,12 +258,11 @@ class TaskEnv(gymnasium.Env[str, str]):
         return {"turns": self._turn, "tool_calls": self._tool_calls, "tool_errors": self._tool_errors, "tool": tool}
 
     def _retry_cue(self) -> str:
-        assert self._task is not None
-        return self._task.retry_cue or self._task.prompt.rsplit("\n", 1)[-1]
+        assert self._shown is not None
+        return self._shown.retry_cue or self._shown.prompt.rsplit("\n", 1)[-1]
 
     def _decode(self, action: Any) -> str | Grade:
         """Valid, stripped, length-checked answer text, or a MALFORMED grade."""
-        limit = self.domain_spec.max_answer_chars
         if isinstance(action, (bytes, bytearray, memoryview)):
             raw = bytes(action)
             try:
@@ -253,6 +272,7 @@ class TaskEnv(gymnasium.Env[str, str]):
         elif not isinstance(action, str):
             raise TypeError(f"action must be str or bytes, got {type(action).__name__}")
         text = action.strip()
+        limit = self.action_space.max_length
         hint = getattr(self._domain, "answer_format", "")
         if not text:
             return malformed(f"empty answer; expected {hint}" if hint else "empty answer")

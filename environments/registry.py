@@ -17,7 +17,7 @@ import re
 import gymnasium
 import numpy as np
 
-from environments.verdicts import Grade, Problem, ToolReply
+from environments.verdicts import PROMPT_STYLES, Grade, Problem, ToolReply, check_prompt_style
 
 DIFFICULTIES = ("easy", "medium", "hard")
 _ID_RE = re.compile(r"^rlpt/(?P<family>[a-z0-9]+)-[a-z0-9-]+-v\d+$")
@@ -37,6 +37,10 @@ class DomainSpec:
     max_turns: None for ordinary domains. For tool-using domains, the default
       budget of model turns per episode (tool calls and final answers together);
       their `grade` may return a non-scored `ToolReply` (see environments.env).
+    max_instruct_prompt_chars / max_instruct_answer_chars: the same bounds in
+      the "instruct" prompt style (`Problem.instruct`: the task in words, and
+      replies with their reasoning before the final answer); None for a
+      domain that offers only the "bare" style. Both or neither.
     """
 
     id: str
@@ -47,6 +51,8 @@ class DomainSpec:
     max_answer_chars: int
     description: str = ""
     max_turns: int | None = None
+    max_instruct_prompt_chars: int | None = None
+    max_instruct_answer_chars: int | None = None
 
     def __post_init__(self) -> None:
         match = _ID_RE.match(self.id)
@@ -62,6 +68,25 @@ class DomainSpec:
             raise ValueError(f"max_prompt_chars/max_answer_chars of {self.id!r} must be positive")
         if self.max_turns is not None and (not isinstance(self.max_turns, int) or self.max_turns < 1):
             raise ValueError(f"max_turns of {self.id!r} must be None or an int >= 1, got {self.max_turns!r}")
+        instruct = (self.max_instruct_prompt_chars, self.max_instruct_answer_chars)
+        if instruct != (None, None) and not all(isinstance(v, int) and v > 0 for v in instruct):
+            raise ValueError(f"max_instruct_prompt_chars/max_instruct_answer_chars of {self.id!r} must both be "
+                             f"positive ints (the instruct style) or both None (bare only), got {instruct}")
+
+    @property
+    def prompt_styles(self) -> tuple[str, ...]:
+        """The prompt styles this domain offers: "bare", and "instruct" where its bounds are set."""
+        return PROMPT_STYLES if self.max_instruct_prompt_chars is not None else ("bare",)
+
+    def bounds(self, prompt_style: str) -> tuple[int, int]:
+        """(max prompt chars, max answer chars) in `prompt_style`; ValueError for
+        an unknown style or one this domain does not offer."""
+        check_prompt_style(prompt_style)
+        if prompt_style not in self.prompt_styles:
+            raise ValueError(f"domain {self.id!r} offers prompt_style {self.prompt_styles}, not {prompt_style!r}")
+        if prompt_style == "instruct":
+            return self.max_instruct_prompt_chars, self.max_instruct_answer_chars
+        return self.max_prompt_chars, self.max_answer_chars
 
 
 class Domain(abc.ABC):

@@ -16,6 +16,14 @@ task DONE ends the step: its tests run, and the next step's instruction comes
 back as a non-scored reply (`ToolReply.task_text`), each step with its own turn
 budget and times, all in the same container; the last step's end grades the task.
 
+The instruct prompt style states the same protocol in words and asks for each
+turn's script in one ```bash fenced block (DONE its last line); its
+demonstration turns are written so. In either style a turn's script is the
+reply's last fenced block, else the whole reply (`environments.answers`); a
+turn with several different blocks is MALFORMED. A later step's instruction
+(`ToolReply.task_text`) is the bare one in both styles: the domain does not
+know which style its env shows.
+
 Verification (paths as the tasks wrote them): tests/ is copied to /tests only
 now (binary files as they are), /logs/verifier is created, and `bash
 /tests/test.sh` runs in the WORKDIR with TEST_DIR=/tests (Terminal-Bench 1),
@@ -51,13 +59,13 @@ from typing import Any
 
 import numpy as np
 
-from environments import registry, splits
+from environments import answers, registry, splits
 from environments.containers import egress, images
 from environments.containers import engine as engine_mod
 from environments.registry import Domain, DomainSpec
 from environments.task_folders import (MAX_TIMEOUT_S, TaskFolder, TaskFolderError,  # noqa: F401  (re-exported)
                                      load_task_folder)
-from environments.verdicts import Grade, Problem, ToolReply, Verdict, failed, passed, verifier_error
+from environments.verdicts import Grade, Instruct, Problem, ToolReply, Verdict, failed, passed, verifier_error
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,13 @@ PROTOCOL = (
     "you see its exit status and output. Files persist between turns; cwd and variables do not. "
     f"When the task is complete, reply with a turn whose last line is {DONE} (lines before it run first); "
     "then hidden tests check the working directory."
+)
+FENCE = answers.Fenced("bash", f"each turn's script (its last line {DONE} when the task is complete)")
+INSTRUCT_PROTOCOL = (
+    "You are in a shell. Each of your turns is a bash script, run in the task's working directory; "
+    "you see its exit status and output. Files persist between turns; cwd and variables do not. "
+    f"When the task is complete, end a turn's script with a line {DONE} (the lines before it run first); "
+    f"then hidden tests check the working directory. {FENCE.instruction()}"
 )
 _ENGINE = engine_mod.Engine()
 
@@ -199,6 +214,12 @@ class TerminalTaskDomain(Domain):
         self.splits = (splits.check_split(split),)
         self.network, self.verifier_network = _policies(task, network, verifier_network)
         steps = task.steps
+        self._instruct_prompt = (f"{INSTRUCT_PROTOCOL}"
+                                 + (f" The task has {len(steps)} steps, one after another in the same environment; "
+                                    f"each is checked when you end it with {DONE}, then the next is shown."
+                                    if len(steps) > 1 else "")
+                                 + (f"\n\nTask:\n{steps[0].instruction}" if len(steps) == 1
+                                    else f"\n\nStep 1 of {len(steps)}:\n{steps[0].instruction}"))
         if len(steps) == 1:
             self._prompts = (f"{PROTOCOL}\n\nTask:\n{steps[0].instruction}\n\n$ ",)
         else:
@@ -207,6 +228,7 @@ class TerminalTaskDomain(Domain):
                  f"checked when you end it with {DONE}, then the next is shown.\n\n" if i == 0 else "")
                 + f"Step {i + 1} of {len(steps)}:\n{step.instruction}\n\n$ " for i, step in enumerate(steps))
         self._turns = tuple(((step.solution + "\n") if step.solution else "") + DONE for step in steps)
+        self._instruct_turns = tuple(FENCE.demonstrate(turn) for turn in self._turns)
         self.image = images.tag_for(task.name, task.path, task.solution_packages)
         self._service_images = images.service_images(task.name, task.path) if task.services else {}
         self._config: dict | None = None  # the image's config, read on the first episode
@@ -218,6 +240,8 @@ class TerminalTaskDomain(Domain):
                  + (("multi-step",) if len(steps) > 1 else ()) + ((f"network-{self.network}",) if self.network != "none" else ()),
             max_prompt_chars=max(len(p) for p in self._prompts),
             max_answer_chars=max(MAX_ANSWER_CHARS, *(len(t) for t in self._turns)),
+            max_instruct_prompt_chars=max(len(self._instruct_prompt), *(len(p) for p in self._prompts)),
+            max_instruct_answer_chars=max(MAX_ANSWER_CHARS, *(len(t) for t in self._instruct_turns)),
             description=f"Terminal-Bench-style task '{task.name}' ({task.path}), in its own container, graded by its tests"
                         + (f" after each of its {len(steps)} steps" if len(steps) > 1 else ""),
             max_turns=task.max_turns,
@@ -231,6 +255,8 @@ class TerminalTaskDomain(Domain):
             hidden=_Episode(),  # fresh per episode: its container starts on the first turn
             retry_cue="$ ",
             demonstration_turns=self._turns,
+            instruct=Instruct(self._instruct_prompt, self._instruct_turns[-1],
+                              demonstration_turns=self._instruct_turns),
         )
 
     def sample_in_split(self, rng: np.random.Generator, split: str) -> Problem:
@@ -379,14 +405,18 @@ class TerminalTaskDomain(Domain):
         episode: _Episode = task.hidden
         episode.turns += 1
         step = self.folder.steps[episode.step]
+        found = answers.final_block(answer)
+        many = answers.several(found)
+        answer = found.text
         lines = answer.split("\n")
         done = lines[-1].strip() == DONE
         command = "\n".join(lines[:-1]).strip() if done else answer
         why = self._start(episode)
         if why is not None:
             return Grade(Verdict.SANDBOX_ERROR, 0.0, f"container failure: {why}")
-        if "\x00" in command:
-            reply = ToolReply(Verdict.MALFORMED, "a shell script cannot contain a NUL byte")
+        if "\x00" in command or many:
+            reply = ToolReply(Verdict.MALFORMED, answers.several_feedback(many, "fenced blocks") + " per turn" if many
+                              else "a shell script cannot contain a NUL byte")
             return reply if not self._last_turn(episode) else self._end_step(episode)
         if command and self._command_limit(episode) > 0:
             limit = self._command_limit(episode)

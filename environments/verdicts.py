@@ -93,13 +93,43 @@ class ToolReply:
             raise ValueError(f"a ToolReply's verdict must be TOOL, MALFORMED or ERROR, got {self.verdict}")
 
 
+PROMPT_STYLES = ("bare", "instruct")
+
+
+def check_prompt_style(style: Any) -> str:
+    """`style` if it is one of PROMPT_STYLES, else ValueError naming it."""
+    if not isinstance(style, str) or style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt_style {style!r}; expected one of {PROMPT_STYLES}")
+    return style
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruct:
+    """The instruct-style form of a task (prompt_style="instruct"): the same
+    task for a model fine-tuned to follow instructions.
+
+    prompt: the task stated in words, then its answer format in words (a last
+      line `Answer: ...`, one fenced block; `environments.answers`).
+    demonstration: one correct reply as an instruct model writes it (brief
+      reasoning if any, then the final answer line or block); it PASSes.
+    retry_cue: as `Problem.retry_cue`; "" repeats the prompt's last line (its
+      answer format).
+    demonstration_turns: as `Problem.demonstration_turns`, written so.
+    """
+
+    prompt: str
+    demonstration: str
+    retry_cue: str = ""
+    demonstration_turns: tuple[str, ...] = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One problem instance.
 
     key: canonical content of the problem; train/eval splits are assigned by
       hashing it, so two tasks with equal keys always land in the same split.
-    prompt: exact text shown to the model.
+    prompt: exact text shown to the model (the "bare" prompt style).
     demonstration: one correct answer, exactly as the model should emit it.
     hidden: grading data the model never sees (reference values, tests).
     retry_cue: text appended after feedback in multi-turn episodes so the model
@@ -107,6 +137,10 @@ class Problem:
     demonstration_turns: for tool-using domains, every model turn of one full
       solution (tool calls, then the final answer == `demonstration`); the
       env's replies to them are what the env returns when they are stepped.
+    instruct: the same task in the "instruct" prompt style, or None for a
+      domain that offers only the bare one. One task holds both styles, so
+      its key, and so its split, is the same in either; a domain's `grade`
+      reads the answers of both (`environments.answers`).
     """
 
     key: str
@@ -115,3 +149,14 @@ class Problem:
     hidden: Any = None
     retry_cue: str = ""
     demonstration_turns: tuple[str, ...] = ()
+    instruct: Instruct | None = None
+
+    def styled(self, style: str) -> Instruct:
+        """The prompt, demonstration, retry cue and demonstration turns shown in
+        `style`, as an `Instruct` (the bare ones for "bare")."""
+        if check_prompt_style(style) == "bare":
+            return Instruct(self.prompt, self.demonstration, self.retry_cue, self.demonstration_turns)
+        if self.instruct is None:
+            raise ValueError(f"task {self.key[:40]!r} has no instruct form "
+                             "(its domain offers only prompt_style='bare')")
+        return self.instruct

@@ -48,7 +48,7 @@ from environments import registry, sandbox
 from environments.cad import geometry, runner
 from environments.families import cad
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, ToolReply
+from environments.verdicts import Grade, Instruct, Problem, ToolReply
 
 DESCRIPTION_FILE = "Natural_Language_Descriptions_Prompt_with_specific_measurements.txt"
 MESH_FILE = "Ground_Truth.stl"
@@ -192,14 +192,18 @@ class PublicSetDomain(Domain):
     def sample(self, rng: np.random.Generator) -> Problem:
         part = self.parts[int(rng.integers(len(self.parts)))]
         # No build123d program is published (only CadQuery's): the reference is the mesh.
+        instruct = Instruct(f"{part.description}\n{self.public_set.frame}{cad.FENCE.instruction()}", "")
         return Problem(key=f"{self.public_set.name}:{part.id}", prompt=f"{part.description}\n{self.public_set.frame}script:\n",
-                       demonstration="", hidden=part.mesh_path, retry_cue="script:\n")
+                       demonstration="", hidden=part.mesh_path, retry_cue="script:\n", instruct=instruct)
 
     def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
         # The reference mesh lies on this host's disk beside its description.
         sandbox.require_sealed_disk(f"{self.spec.id} ({self.public_set.name}'s reference meshes)", runner.kernel_pool())
         ref = reference(task.hidden)
-        return cad.grade_against(cad.script_of(answer), ref, tolerance(ref), align=self.public_set.align)
+        script = cad.script_of(answer)
+        if isinstance(script, Grade):
+            return script
+        return cad.grade_against(script, ref, tolerance(ref), align=self.public_set.align)
 
 
 def register(root: str, domain_id: str | None = None, public_set: PublicSet = CADPROMPT) -> tuple[PublicSetDomain, list[Refused]]:
@@ -208,7 +212,8 @@ def register(root: str, domain_id: str | None = None, public_set: PublicSet = CA
     parts, refused = load(root, public_set)
     spec = DomainSpec(id=domain_id or public_set.domain_id, family="cad", difficulty="hard",
                       tags=("3d", "cad", "build123d", "sandbox", "public", public_set.name),
-                      max_prompt_chars=4096, max_answer_chars=4000, description=public_set.summary)
+                      max_prompt_chars=4096, max_answer_chars=4000, description=public_set.summary,
+                      max_instruct_prompt_chars=4096 + 128, max_instruct_answer_chars=cad.MAX_INSTRUCT_ANSWER_CHARS)
     domain = PublicSetDomain(spec, parts, public_set)
     registry.register(domain)
     return domain, refused

@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from environments import registry, sandbox, splits
+from environments import answers, registry, sandbox, splits
 from environments.datasets import loaders, verifiers
 from environments.datasets import code as _code  # noqa: F401  (registers the "code" verifier kind)
 from environments.datasets.verifiers import (
@@ -65,7 +65,7 @@ from environments.datasets.verifiers import (
     register_verifier,
     verifier_kinds,
 )
-from environments.verdicts import Grade, Problem
+from environments.verdicts import Grade, Instruct, Problem
 
 __all__ = [
     "DatasetDomain", "Refused", "Stats", "VerifierKind", "get_verifier", "load_tasks", "reference_extractor",
@@ -76,6 +76,7 @@ logger = logging.getLogger(__name__)
 
 FAMILY = "dataset"
 DEFAULT_MAX_ANSWER_CHARS = 4096
+INSTRUCT_ANSWER_SLACK = 4096  # an instruct reply's reasoning, beyond the longest answer
 
 
 def _fields(fields: Mapping[str, str] | None) -> dict[str, str]:
@@ -90,10 +91,13 @@ def _fields(fields: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _task(row: loaders.Row, kind: VerifierKind, hidden: Any) -> tuple[Problem, str]:
-    """(task, split) for a validated row."""
+    """(task, split) for a validated row, in both prompt styles (the instruct
+    style's prompt ends with the kind's answer format in words)."""
     key = row.id if row.id is not None else row.prompt
     prompt = f"{row.system}\n\n{row.prompt}" if row.system else row.prompt
-    task = Problem(key=key, prompt=prompt, demonstration=kind.demonstrate(row.answer), hidden=hidden)
+    instruct = Instruct(f"{prompt}\n\n{kind.instruct.instruction()}", kind.instruct_demonstrate(row.answer))
+    task = Problem(key=key, prompt=prompt, demonstration=kind.demonstrate(row.answer), hidden=hidden,
+                   instruct=instruct)
     return task, row.split or splits.split_of(key)
 
 
@@ -101,22 +105,6 @@ def _max_answer_chars(kind: VerifierKind, max_answer_chars: int | None) -> int:
     if max_answer_chars is not None:
         return max_answer_chars
     return kind.max_answer_chars or DEFAULT_MAX_ANSWER_CHARS
-
-
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-
-
-def _last_boxed(text: str) -> str | None:
-    """Content of the last balanced \\boxed{...} / \\fbox{...} of `text`, or None."""
-    found = None
-    for match in _BOX_RE.finditer(text):
-        depth = 1
-        for i in range(match.end(), len(text)):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            if depth == 0:
-                found = text[match.end():i]
-                break
-    return found
 
 
 def reference_extractor(reference: str | None) -> Callable[[str], str] | None:
@@ -145,7 +133,7 @@ def reference_extractor(reference: str | None) -> Callable[[str], str] | None:
         return after
     if reference == "boxed":
         def boxed(field: str) -> str:
-            content = _last_boxed(field)
+            content = answers.last_boxed(field)
             if content is None or not content.strip():
                 raise ValueError("has no \\boxed{...} reference")
             return content.strip()
@@ -366,6 +354,8 @@ def register_file(domain_id: str, path: os.PathLike | str, verifier: str = "math
         tags=tuple(dict.fromkeys((FAMILY, verifier, *kind.tags, *tags))),
         max_prompt_chars=max(len(task.prompt) for task, _ in tasks),
         max_answer_chars=_max_answer_chars(kind, max_answer_chars),
+        max_instruct_prompt_chars=max(len(task.instruct.prompt) for task, _ in tasks),
+        max_instruct_answer_chars=_max_answer_chars(kind, max_answer_chars) + INSTRUCT_ANSWER_SLACK,
         description=description or (f"{pathlib.Path(path).name}: {len(tasks)} rows graded by the {verifier} verifier"
                                      + (f" ({len(refused)} refused)" if refused else "")),
     )

@@ -19,7 +19,9 @@ Tests are parsed into `environments.programs.ProgramTests` once per row at
 registration (an assert that cannot be decomposed, a check() without an entry
 point or a malformed pair is a load-time ValueError naming file, row and
 field) and cached as the task's hidden data. The answer (a whole program or
-function; one surrounding ``` fence is removed) is graded by
+function: the reply's last fenced block, else the whole reply,
+`environments.answers.final_block`; a reply with several different blocks is
+MALFORMED) is graded by
 `environments.programs.grade_program` in the sandbox: PASS iff every test
 passes; sandbox infrastructure failures are SANDBOX_ERROR, never FAIL.
 
@@ -34,12 +36,12 @@ import json
 import re
 from typing import Any, Mapping
 
+from environments import answers
 from environments.datasets.verifiers import VerifierKind, register_verifier
 from environments.programs import ProgramTests, assert_tests, grade_program, humaneval_tests, stdio_tests
-from environments.verdicts import Grade
+from environments.verdicts import Grade, malformed
 
 MAX_ANSWER_CHARS = 6000  # as the HumanEval domain
-_FENCE_RE = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
 
 
 def _timeout(options: Mapping[str, Any], default: float) -> float:
@@ -133,16 +135,19 @@ def _prepare(reference: str, row: Any, options: Mapping[str, Any]) -> ProgramTes
     return parse_tests(reference, getattr(row, "entry_point", None), options, setup)
 
 
-def program_text(answer: str) -> str:
-    """The answer with one surrounding ``` fence (```python ...```) removed."""
-    match = _FENCE_RE.match(answer.strip())
-    return match.group(1) if match else answer
+def program_text(answer: str) -> str | Grade:
+    """The program of an answer: its last fenced block (```python ...```), else
+    the whole answer; MALFORMED when it holds several different blocks."""
+    found = answers.final_block(answer)
+    many = answers.several(found)
+    return malformed(answers.several_feedback(many, "fenced blocks")) if many else found.text
 
 
 def _grade_code(answer: str, tests: Any, options: Mapping[str, Any]) -> Grade:
     if not isinstance(tests, ProgramTests):  # a bare reference string (not prepared at load)
         tests = parse_tests(str(tests), None, options)
-    return grade_program(program_text(answer), tests)
+    program = program_text(answer)
+    return program if isinstance(program, Grade) else grade_program(program, tests)
 
 
 def _check_options(reference: str, options: Mapping[str, Any]) -> str | None:
@@ -158,4 +163,4 @@ CODE = register_verifier(VerifierKind(
     demonstrate=lambda ref: "",
     answer_format="a complete Python program or function (optionally in one ```python fence)",
     prepare=_prepare, structured_reference=True, tags=("sandbox", "python", "program"),
-    max_answer_chars=MAX_ANSWER_CHARS))
+    max_answer_chars=MAX_ANSWER_CHARS, instruct=answers.Fenced("python", "the complete program")))

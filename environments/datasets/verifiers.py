@@ -7,16 +7,19 @@ defaults updated with the user's options (unknown option names are rejected
 at registration). Built-in kinds:
 
 * math: answers and references are read and compared by Math-Verify 0.9.0
-  (`math_verify`, with latex2sympy2_extended). The final answer is taken in
-  one order (`final_answer`, shared with numeric and regex through
-  `answer_candidates`): (1) a last line that is a number alone, else the last
-  final answer statement ("Final Answer: The final answer is ...", "The
-  answer is ...", "Answer: ...", "#### N"), whatever boxes come before it; a
-  \\boxed{} or $...$ in it is the answer (Minerva's "... is $\\frac{1}{2}$. I
-  hope it is correct." is 1/2), else its first value; (2) else the last
-  \\boxed{} / \\fbox{} (boxes listed on its line are one answer); (3) else the
-  whole text if it is a formula, else its last LaTeX formula or number not
-  inside a word ("AZYUK2A" has none). Accepted as references and answers:
+  (`math_verify`, with latex2sympy2_extended). The final answer is found by
+  `environments.answers.final_answer`, the one extraction every grader uses
+  (shared here with exact, numeric and regex through `answer_candidates`):
+  (1) a last line that is a number alone, else the last final answer
+  statement ("Final Answer: The final answer is ...", "The answer is ...",
+  "Answer: ...", "#### N"), whatever boxes come before it; a \\boxed{} or
+  $...$ in it is the answer (Minerva's "... is $\\frac{1}{2}$. I hope it is
+  correct." is 1/2), else its first value; (2) else the last \\boxed{} /
+  \\fbox{}; (3) else the whole text if it is a formula, else its last LaTeX
+  formula or number not inside a word ("AZYUK2A" has none). An answer that
+  gives several different final answers (two answer lines, several boxes that
+  differ, "Answer: 3 or 4") is MALFORMED, saying so; a reference is read the
+  same way without that check. Accepted as references and answers:
   numbers, fractions, LaTeX expressions, tuples and points, sets, intervals,
   inequalities, matrices, equations, percentages (50% equals 0.5 and 50),
   units (\\text{cm}, "18 eggs"), currency (\\$16), thousands separators (1,234,
@@ -28,7 +31,9 @@ at registration). Built-in kinds:
   SIGALRM time-outs are off, so grading works in worker threads. Not a value:
   MALFORMED, saying what was found (a box, a statement, nothing); an error
   Math-Verify does not expect raises (an infrastructure verdict, never FAIL).
-* exact: string equality after optional case and whitespace normalisation.
+* exact: the final answer (after the last answer statement, else the last
+  box, else the whole answer) equal to the reference after optional case and
+  whitespace normalisation.
 * choice: one letter (A-D by default, `letters` option); refuses answers naming
   two different letters.
 * numeric: one number within `rel_tol` / `abs_tol` of the reference.
@@ -49,6 +54,7 @@ import math
 import re
 from typing import Any, Callable, Mapping
 
+from environments import answers
 from environments.verdicts import Grade, failed, malformed, passed
 
 
@@ -75,6 +81,9 @@ class VerifierKind:
       to sandbox workers in the trainer).
     max_answer_chars: default answer length limit for domains of this kind
       (None: the dataset default).
+    instruct: how the instruct prompt style asks for the answer (a last line
+      `Answer: ...`, or one fenced block: `environments.answers`), which the
+      grader reads; every kind's prompt gets its `instruction()`.
     """
 
     name: str
@@ -87,6 +96,13 @@ class VerifierKind:
     structured_reference: bool = False
     tags: tuple[str, ...] = ()
     max_answer_chars: int | None = None
+    instruct: answers.AnswerLine | answers.Fenced = answers.AnswerLine("<answer>")
+
+    def instruct_demonstrate(self, reference: str) -> str:
+        """The instruct prompt style's demonstration: `demonstrate`'s answer in
+        `instruct`'s form ("" when no answer is known)."""
+        shown = self.demonstrate(reference)
+        return self.instruct.demonstrate(shown) if shown else ""
 
 
 _KINDS: dict[str, VerifierKind] = {}
@@ -122,102 +138,28 @@ def resolve_options(kind: VerifierKind, options: Mapping[str, Any] | None) -> di
 
 
 # ----------------------------------------------------------------------------
-# Final-answer extraction (shared by math, numeric and regex).
+# Final-answer extraction: `environments.answers`, shared by every grader (and
+# here by math, exact, numeric and regex). Re-exported under the names this
+# module has given them.
 
-# The final answer statement: Minerva's "Final Answer: The final answer is ...",
-# "The answer is ...", "Answer: ..." and GSM8K's "#### ...".
-_STATEMENT_RE = re.compile(r"final\s+answer(?:\s+is)?|the\s+answer\s+is|answer\s*\**\s*:|####", re.IGNORECASE)
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+FinalAnswer = answers.FinalAnswer
+final_answer = answers.final_answer
+last_boxed = answers.last_boxed
+_braced = answers.braced
+_clean = answers.clean
+_BOXED_RE = answers.BOXED_RE
 _LATEX_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|(?<![\\\d])\$([^$\n]+?)(?<!\\)\$|\\\((.+?)\\\)", re.DOTALL)
 # A number not inside a word (so "AZYUK2A" has none): thousands separators, decimals, a/b, %.
 _NUMBER_RE = re.compile(
     r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?%?(?![\w.]*[A-Za-z])|(?<![\w.])-?\.\d+%?")
 
 
-def _braced(text: str, start: int) -> str | None:
-    """Content of the brace group opening at text[start - 1] ('{'), or None if unbalanced."""
-    depth = 1
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i]
-    return None
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last balanced \\boxed{...} / \\fbox{...} (nested braces allowed), or None."""
-    found = None
-    for match in _BOXED_RE.finditer(text):
-        content = _braced(text, match.end())
-        if content is not None:
-            found = content
-    return found
-
-
-def _clean(candidate: str) -> str:
-    candidate = candidate.strip().strip("*").strip()
-    if len(candidate) >= 2 and candidate[0] == candidate[-1] == "$":
-        candidate = candidate.strip("$").strip()
-    return candidate.rstrip(".").strip()
-
-
-@dataclasses.dataclass(frozen=True)
-class FinalAnswer:
-    """Where an answer's final answer is. `source`: "statement" (the text after
-    the last final answer statement, up to the end of its line), "boxed" (the
-    text holding the last \\boxed{} / \\fbox{}) or "text" (the whole answer)."""
-
-    source: str
-    text: str
-    anchor: str = ""
-
-
-_DISPLAY_START_RE = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]", re.DOTALL)
-
-
-def _statement(text: str) -> tuple[str, str] | None:
-    """(anchor, text after it) for the last final answer statement, the text
-    running to the end of its line (the next non-empty line when the statement
-    ends its line; a display formula or a box opened there is kept whole)."""
-    statements = list(_STATEMENT_RE.finditer(text))
-    if not statements:
-        return None
-    rest = text[statements[-1].end():]
-    rest = rest[len(rest) - len(rest.lstrip(" \t\n*:")):]
-    end = rest.find("\n")
-    end = len(rest) if end < 0 else end
-    display = _DISPLAY_START_RE.match(rest)
-    if display:
-        end = max(end, display.end())
-    for box in _BOXED_RE.finditer(rest[:end]):
-        content = _braced(rest, box.end())
-        if content is not None:
-            end = max(end, box.end() + len(content) + 1)
-    return statements[-1].group(0), rest[:end].strip()
-
-
-def final_answer(text: str) -> FinalAnswer:
-    """Where the final answer of `text` is, in this order: (1) a last line
-    that is a number alone, else the last final answer statement ("Final
-    Answer: The final answer is ...", "The answer is ...", "Answer: ...",
-    "#### ..."), whatever boxes come before it;
-    (2) else the last \\boxed{} / \\fbox{}; (3) else the whole text (its
-    value if it is one, else its last LaTeX formula or number that is not
-    inside a word)."""
-    lines = text.strip().splitlines()
-    last = _clean(lines[-1]) if lines else ""
-    if len(lines) > 1 and re.search(r"\d", last) and _BARE_NUMBER_RE.fullmatch(last):
-        return FinalAnswer("statement", last, "Answer:")  # a last line that is a number alone
-    statement = _statement(text)
-    if statement is not None:
-        return FinalAnswer("statement", statement[1], statement[0])
-    boxes = list(_BOXED_RE.finditer(text))
-    if boxes:  # the line of the last box (boxes listed on it are one answer: "\\boxed{1} and \\boxed{2}")
-        return FinalAnswer("boxed", text[text.rfind("\n", 0, boxes[-1].start()) + 1:])
-    return FinalAnswer("text", text)
+def _one_answer(found: FinalAnswer, alternatives: bool = True) -> Grade | None:
+    """MALFORMED when the reply gives several different final answers (or, with
+    `alternatives`, one that offers a choice: "3 or 4"), else None."""
+    problem = answers.one_value(found) if alternatives else (
+        answers.several_feedback(many) if (many := answers.several(found)) else None)
+    return malformed(problem) if problem else None
 
 
 def answer_candidates(text: str) -> list[str]:
@@ -266,8 +208,7 @@ MAX_DEPTH = 24  # brackets: the LaTeX parser's time grows steeply with nesting
 _THOUSANDS_RE = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d])")
 _LHS_RE = re.compile(r"^\s*[A-Za-z](?:_\w+|\w{0,2})?\s*=(?!=)")
 _LONG_LITERAL_RE = re.compile(r"\d{%d,}" % (MAX_LITERAL_DIGITS + 1))
-_BARE_NUMBER_RE = re.compile(
-    r"[-−]?\s*(?:\\?[$€£¥])?\s*(?:\d{1,3}(?: \d{3})+|\d[\d,]*)?(?:\.\d+)?\s*(?:\\?[$€£¥%])?")
+_BARE_NUMBER_RE = answers.NUMBER_LINE_RE
 # Words that may appear in a formula; any other word of three or more letters,
 # or a short English word, makes a text prose rather than a formula.
 _FORMULA_WORDS = {
@@ -540,7 +481,11 @@ def _grade_math(answer: str, reference: str, options: Mapping[str, Any]) -> Grad
     want, why = _reference_value(reference)
     if want is None:
         raise ValueError(f"math reference {reference[:60]!r} is not a value: {why}")
-    got, why = _math_value(final_answer(answer))
+    found = final_answer(answer)
+    several = _one_answer(found)
+    if several is not None:
+        return several
+    got, why = _math_value(found)
     if got is None:
         return malformed(why)
     if isinstance(got, Formula) and not isinstance(want, Formula):
@@ -576,7 +521,13 @@ def _exact_norm(text: str, options: Mapping[str, Any]) -> str:
 
 
 def _grade_exact(answer: str, reference: str, options: Mapping[str, Any]) -> Grade:
-    return passed() if _exact_norm(answer, options) == _exact_norm(reference, options) else failed("wrong answer")
+    """The final answer (after the last answer statement, else the last box, else
+    the whole answer) equal to the reference after the options' normalisation."""
+    found = final_answer(answer, number_line=False)
+    several = _one_answer(found, alternatives=False)
+    if several is not None:
+        return several
+    return passed() if _exact_norm(found.value, options) == _exact_norm(reference, options) else failed("wrong answer")
 
 
 # ----------------------------------------------------------------------------
@@ -655,6 +606,9 @@ def parse_number(text: str) -> float | None:
 def _grade_numeric(answer: str, reference: str, options: Mapping[str, Any]) -> Grade:
     want = parse_number(reference)
     assert want is not None  # checked at registration
+    several = _one_answer(final_answer(answer))
+    if several is not None:
+        return several
     for candidate in answer_candidates(answer):
         got = parse_number(candidate)
         if got is not None:
@@ -672,6 +626,9 @@ def _check_numeric_reference(reference: str, options: Mapping[str, Any]) -> str 
 
 
 def _grade_regex(answer: str, reference: str, options: Mapping[str, Any]) -> Grade:
+    several = _one_answer(final_answer(answer), alternatives=False)
+    if several is not None:
+        return several
     pattern = re.compile(reference, re.IGNORECASE if options["ignore_case"] else 0)
     candidates = [answer] + answer_candidates(answer)
     return passed() if any(pattern.fullmatch(c) for c in candidates) else failed("answer does not match")
@@ -693,10 +650,10 @@ register_verifier(VerifierKind(
     answer_format="the exact answer text"))
 register_verifier(VerifierKind(
     "choice", _grade_choice, {"letters": "ABCD"}, _check_choice_reference,
-    answer_format="one letter, e.g. 'The answer is (B)'"))
+    answer_format="one letter, e.g. 'The answer is (B)'", instruct=answers.AnswerLine("<letter>")))
 register_verifier(VerifierKind(
     "numeric", _grade_numeric, {"rel_tol": 1e-6, "abs_tol": 0.0}, _check_numeric_reference,
-    answer_format="a number, e.g. 'Answer: 3.14'"))
+    answer_format="a number, e.g. 'Answer: 3.14'", instruct=answers.AnswerLine("<number>")))
 register_verifier(VerifierKind(
     "regex", _grade_regex, {"ignore_case": False}, _check_regex_reference,
     demonstrate=lambda ref: "", answer_format="text matching the expected pattern"))

@@ -1,7 +1,9 @@
 """CAD code generation: write a build123d script that builds the described part.
 
 The model's answer is a build123d script that assigns the part to `result`
-(a ```python fence around it is allowed). It runs in the sandbox on a kernel
+(the reply's last fenced block, else the whole reply: `environments.answers`).
+The instruct prompt style states the full contract and asks for the script in
+one ```python fenced block; its demonstration is the reference script so. It runs in the sandbox on a kernel
 worker that imported build123d before its first job (environments/cad:
 runner.py, cad_kernel.py); only the mesh comes back, and the host grades it
 against the reference part, built by the task's own script the same way.
@@ -56,23 +58,21 @@ process, and a worker that dies is SANDBOX_ERROR, never the model's FAIL.
 Parts: a block and a disc (easy, brief: the contract in one line, for small
 contexts such as the tiny base's), a plate and a washer (easy), a bracket, a
 flange and a shaft (medium), a hub, a spindle and a pocketed plate (hard);
-environments/cad/parts.py. The kernel-free easy rung of the family is the CSG
-mini-language (environments/families/csg.py, `rlpt/cad-csg-*`).
+environments/cad/parts.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from typing import Callable
 
 import numpy as np
 
-from environments import registry
+from environments import answers, registry
 from environments.cad import parts, runner
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, ToolReply, Verdict, failed, passed
+from environments.verdicts import Grade, Instruct, Problem, ToolReply, Verdict, failed, malformed, passed
 
 try:  # the `cad` extra; without it the domains are listed but grading says what is missing
     from environments.cad import geometry
@@ -85,7 +85,9 @@ DISTANCE_PASS_MM = 0.2
 FAIL_REWARD_SCALE = 0.8
 MAX_TURNS = 6
 RENDER = "# render"
-_FENCE_RE = re.compile(r"^```[a-zA-Z]*\n(?P<body>.*?)\n?```$", re.S)
+FENCE = answers.Fenced("python", "the script")
+MAX_INSTRUCT_PROMPT_CHARS = 1280
+MAX_INSTRUCT_ANSWER_CHARS = 8000
 _INSTRUCTIONS = (
     "Write a build123d Python script (units mm; start with `from build123d import *`) that builds this part "
     "as one solid and assigns it to `result`. A turn starting with `# render` builds a draft and compares its "
@@ -97,10 +99,19 @@ BRIEF_INSTRUCTIONS = "A build123d script (mm) that assigns it to `result`.\n"
 BRIEF_MAX_PROMPT_CHARS = 160  # the longest brief prompt is 148 (tests/environments/test_cad.py)
 
 
-def script_of(answer: str) -> str:
-    """The script in an answer, without a surrounding ```python fence."""
-    match = _FENCE_RE.match(answer.strip())
-    return match["body"] if match else answer
+def script_of(answer: str) -> str | Grade:
+    """The script of an answer: its last fenced block, else the whole answer
+    (`answers.final_block`); MALFORMED when it holds several different blocks."""
+    found = answers.final_block(answer)
+    many = answers.several(found)
+    if many:
+        return malformed(answers.several_feedback(many, "fenced blocks"))
+    return found.text
+
+
+def instruct_prompt(description: str) -> str:
+    """The instruct-style prompt of a part: its description, the full contract, the fence asked for."""
+    return f"{description}\n{_INSTRUCTIONS}{FENCE.instruction()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +251,7 @@ class CADDomain(Domain):
 
     def sample(self, rng: np.random.Generator) -> Problem:
         part = self._generate(rng)
+        fenced = FENCE.demonstrate(part.script)
         return Problem(
             key=f"cad:{part.kind}:{part.description}",
             prompt=f"{part.description}\n{self.instructions}{_CUE}",
@@ -247,10 +259,13 @@ class CADDomain(Domain):
             hidden=part.script,
             retry_cue=_CUE,
             demonstration_turns=(part.script,),
+            instruct=Instruct(instruct_prompt(part.description), fenced, demonstration_turns=(fenced,)),
         )
 
     def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
         script = script_of(answer)
+        if isinstance(script, Grade):
+            return script
         if script.lstrip().startswith(RENDER):
             return render(script, task.hidden)
         return grade_script(script, task.hidden)
@@ -268,6 +283,8 @@ def _register() -> None:
             max_answer_chars=4000,
             description=f"write a build123d script for a generated {kind} part; graded by volume IoU and surface distance",
             max_turns=MAX_TURNS,
+            max_instruct_prompt_chars=MAX_INSTRUCT_PROMPT_CHARS,
+            max_instruct_answer_chars=MAX_INSTRUCT_ANSWER_CHARS,
         )
         registry.register(CADDomain(spec, generate, BRIEF_INSTRUCTIONS if brief else _INSTRUCTIONS))
 

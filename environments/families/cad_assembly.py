@@ -1,7 +1,8 @@
 """CAD assemblies: parts that must fit together without interpenetrating, and stand.
 
 The answer is a build123d script whose `result` is a list of parts, in the
-order the prompt names them. Ladder, after the part ladder of
+order the prompt names them (the reply's last fenced block, else the whole
+reply; the instruct prompt style asks for one ```python fenced block). Ladder, after the part ladder of
 environments/families/cad.py for each part (it builds; each part one closed
 valid solid, checked on the host):
   1. no two parts may interpenetrate by more than INTERFERENCE_MM3
@@ -46,7 +47,7 @@ from environments import registry
 from environments.cad import runner
 from environments.families import cad
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, Verdict, failed, passed
+from environments.verdicts import Grade, Instruct, Problem, Verdict, failed, passed
 
 try:  # MuJoCo, in the `cad` extra
     from environments.cad import physics
@@ -258,11 +259,14 @@ class AssemblyDomain(Domain):
 
     def sample(self, rng: np.random.Generator) -> Problem:
         task = self._generate(rng)
+        instruct = Instruct(f"{task.description}\n{_INSTRUCTIONS}{cad.FENCE.instruction()}",
+                            cad.FENCE.demonstrate(task.script))
         return Problem(key=f"cad-assembly:{task.description}", prompt=f"{task.description}\n{self.instructions}script:\n",
-                       demonstration=task.script, hidden=task, retry_cue="script:\n")
+                       demonstration=task.script, hidden=task, retry_cue="script:\n", instruct=instruct)
 
     def grade(self, task: Problem, answer: str) -> Grade:
-        return grade_assembly(cad.script_of(answer), task.hidden)
+        script = cad.script_of(answer)
+        return script if isinstance(script, Grade) else grade_assembly(script, task.hidden)
 
 
 GENERATORS = {
@@ -284,6 +288,8 @@ def _register() -> None:
             max_prompt_chars=BRIEF_MAX_PROMPT_CHARS if brief else 1024,
             max_answer_chars=4000,
             description=f"write a build123d assembly ({kind}) whose parts fit without interpenetrating and stand",
+            max_instruct_prompt_chars=cad.MAX_INSTRUCT_PROMPT_CHARS,
+            max_instruct_answer_chars=cad.MAX_INSTRUCT_ANSWER_CHARS,
         )
         registry.register(AssemblyDomain(spec, generate, BRIEF_INSTRUCTIONS if brief else _INSTRUCTIONS))
 

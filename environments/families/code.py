@@ -2,6 +2,12 @@
 
 Prompt: "f(1)=5 f(2)=7 f(4)=11\\ndef f(x): return "; answer: "2*x+3".
 
+The instruct style asks the same in words ("Find the integer function f
+with f(1)=5, f(2)=7, f(4)=11. Reply with the Python function `def f(x): ...`
+in one ```python fenced block."); its demonstration is that block. Either
+style's answer is the last fenced block (else the whole reply): an expression
+in x, run as `def f(x): return (<answer>)`, or a program that defines f.
+
 Each domain enumerates a finite hypothesis class (e.g. all a*x+b with small
 coefficients), deduplicated by behaviour on the hidden test inputs. Shown
 examples are redrawn until exactly one hypothesis fits them, so every prompt
@@ -17,14 +23,17 @@ from typing import Callable
 
 import numpy as np
 
-from environments import registry, sandbox
+from environments import answers, registry, sandbox
 from environments.grading import grade_calls
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, malformed
+from environments.verdicts import Grade, Instruct, Problem, malformed
 
 HEADER = "def f(x): return "
 MAX_PROMPT_CHARS = 64
 MAX_ANSWER_CHARS = 48
+INSTRUCT_PROMPT_CHARS = 320
+INSTRUCT_ANSWER_CHARS = 2048
+FENCE = answers.Fenced("python", "the Python function `def f(x): ...`")
 TIMEOUT_S = 1.0
 # Hidden test inputs: negatives, zero, and values far outside the shown range,
 # so memorising the examples (or a lookup table) does not pass.
@@ -99,7 +108,7 @@ def _clamp() -> list[Hypothesis]:
 class InductionDomain(Domain):
     """Infer f from `n_shown` examples with x drawn from `shown_xs`."""
 
-    answer_format = "a Python expression in x, such as 2*x+3"
+    answer_format = "a Python expression in x, such as 2*x+3, or the function def f(x): ..."
 
     def __init__(self, spec: DomainSpec, hypotheses: list[Hypothesis], shown_xs: range, n_shown: int) -> None:
         self.spec = spec
@@ -130,24 +139,51 @@ class InductionDomain(Domain):
         values = self._table[h]
         shown = " ".join(f"f({int(x)})={int(values[self._col[int(x)]])}" for x in xs)
         expected = [int(values[self._col[x]]) for x in HIDDEN_XS]
+        words = ", ".join(shown.split(" "))
+        instruct = Instruct(prompt=f"Find the integer function f with {words}. {FENCE.instruction()}",
+                            demonstration=FENCE.demonstrate(f"def f(x):\n    return {self._exprs[h]}"))
         return Problem(
             key=f"code:f(x)={self._exprs[h]}",
             prompt=f"{shown}\n{HEADER}",
             demonstration=self._exprs[h],
             hidden=expected,
             retry_cue=HEADER,
+            instruct=instruct,
         )
 
     def grade(self, task: Problem, answer: str) -> Grade:
-        # Parsing a length-bounded string is cheap and cannot run code; it
-        # rejects statements (and newline tricks) before anything is executed.
-        try:
-            ast.parse(answer, mode="eval")
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-            return malformed(f"expected {self.answer_format}; {type(e).__name__}: {getattr(e, 'msg', e)}")
+        found = answers.final_block(answer)
+        many = answers.several(found)
+        if many:
+            return malformed(answers.several_feedback(many, "fenced blocks"))
+        source = program(found.text)
+        if isinstance(source, Grade):
+            return source
         calls = tuple((x,) for x in HIDDEN_XS)
-        job = sandbox.PythonJob(source=f"def f(x):\n    return ({answer})\n", entry="f", calls=calls, timeout_s=TIMEOUT_S)
+        job = sandbox.PythonJob(source=source, entry="f", calls=calls, timeout_s=TIMEOUT_S)
         return grade_calls(sandbox.run(job), calls, task.hidden, entry="f", timeout_s=TIMEOUT_S)
+
+
+def _defines_f(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == "f" for n in tree.body)
+
+
+def program(answer: str) -> str | Grade:
+    """The program run for `answer`: one that defines f (`def f(...)`) as it is, an
+    expression in x as `def f(x): return (<answer>)`; else the MALFORMED grade.
+    Parsing bounded text is cheap and runs nothing; an expression's parse
+    rejects statements (and newline tricks) before anything is executed."""
+    try:
+        tree = ast.parse(answer)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    if tree is not None and _defines_f(tree):
+        return answer + "\n"
+    try:
+        ast.parse(answer, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return malformed(f"expected {InductionDomain.answer_format}; {type(e).__name__}: {getattr(e, 'msg', e)}")
+    return f"def f(x):\n    return ({answer})\n"
 
 
 _VARIANTS = {
@@ -171,6 +207,8 @@ def _register() -> None:
             max_prompt_chars=MAX_PROMPT_CHARS,
             max_answer_chars=MAX_ANSWER_CHARS,
             description=f"write the body of a {variant} integer function f(x) from 3 examples",
+            max_instruct_prompt_chars=INSTRUCT_PROMPT_CHARS,
+            max_instruct_answer_chars=INSTRUCT_ANSWER_CHARS,
         )
         registry.register(InductionDomain(spec, hypotheses(), shown_xs, n_shown))
 

@@ -10,7 +10,11 @@ graded by `environments.finance.answers` (number normalisation, field by field
 JSON). Easy: two years, one ruled table, one borderless table, a bar chart
 (1-2 pages); medium: three years, a balance sheet, a line chart, a page of
 risk factors; hard: four years, eight quarters, two pages of risk factors.
-The `documents-*` domains (a CSV in the prompt, no PDF) are the rung below.
+
+The instruct prompt style shows the same text, the question after
+"Question:" and its answer format in words (a last line "Answer: ...", or the
+JSON in one ```json fenced block: `answers.instruction`); both styles are
+graded alike, from the reply's final answer.
 
 Reports need the `finance` extra (reportlab, matplotlib, pdfplumber),
 imported when a task is drawn. A report is made once per content and kept
@@ -41,7 +45,7 @@ from environments import registry, splits
 from environments.datasets import Refused
 from environments.finance import answers, questions, reports, sources
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem
+from environments.verdicts import Grade, Instruct, Problem
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +53,8 @@ FAMILY = "finance"
 # Longest observation of each level, with room: the text of the longest report plus the question.
 _MAX_PROMPT = {"easy": 4000, "medium": 8000, "hard": 12000}
 _MAX_ANSWER = 1024
+INSTRUCT_EXTRA_CHARS = 256  # the instruct prompt's wording beyond the bare one's
+INSTRUCT_ANSWER_CHARS = 4096
 STATEMENT_MAX_PROMPT_CHARS = 240  # the statement rung's longest prompt is 230 (tests/environments/test_finance.py)
 _DRAWS = 1000  # candidate tasks drawn for one split before giving up (1 in 10 is eval)
 EXTRA_HINT = "generated finance reports need the finance extra: pip install 'rlpt-environments[finance]'"
@@ -86,11 +92,16 @@ class ReportDomain(Domain):
         return f"{text}\n\nQ: {question}\nAnswer with {ref.answer_format}.\nA: "
 
     def _task(self, report: reports.Report, question: str, ref: answers.Reference, key: str) -> Problem:
-        prompt = self._prompt(_text(report), question, ref)
-        if not self.min_prompt_chars <= len(prompt) <= self.spec.max_prompt_chars:  # the bounds the spec promises
-            raise RuntimeError(f"{self.spec.id}: a report of {len(prompt)} characters, outside "
-                               f"[{self.min_prompt_chars}, {self.spec.max_prompt_chars}]")
-        return Problem(key=key, prompt=prompt, demonstration=answers.demonstrate(ref), hidden=ref, retry_cue="A: ")
+        text = _text(report)
+        prompt = self._prompt(text, question, ref)
+        instruct = Instruct(sources.instruct_prompt([text], question, ref), answers.demonstrate_instruct(ref))
+        if not (self.min_prompt_chars <= len(prompt) <= self.spec.max_prompt_chars
+                and len(instruct.prompt) <= self.spec.max_instruct_prompt_chars):  # the bounds the spec promises
+            raise RuntimeError(f"{self.spec.id}: a report of {len(prompt)} characters ({len(instruct.prompt)} in "
+                               f"the instruct style), outside [{self.min_prompt_chars}, {self.spec.max_prompt_chars}] "
+                               f"({self.spec.max_instruct_prompt_chars})")
+        return Problem(key=key, prompt=prompt, demonstration=answers.demonstrate(ref), hidden=ref, retry_cue="A: ",
+                       instruct=instruct)
 
     def sample(self, rng: np.random.Generator) -> Problem:
         return self._task(*self._draw(rng))
@@ -178,6 +189,8 @@ def register_source(domain_id: str, source: str, path: str | pathlib.Path, diffi
         id=domain_id, family=FAMILY, difficulty=difficulty, tags=(FAMILY, source, "tables", "numeric-tolerance"),
         max_prompt_chars=max(len(r.task.prompt) for r in rows),
         max_answer_chars=max(_MAX_ANSWER, *(len(r.task.demonstration) for r in rows)),
+        max_instruct_prompt_chars=max(len(r.task.instruct.prompt) for r in rows),
+        max_instruct_answer_chars=max(INSTRUCT_ANSWER_CHARS, *(len(r.task.instruct.demonstration) for r in rows)),
         description=f"{source} from {pathlib.Path(path).name}: {len(rows)} rows"
                     + (f" ({len(refused)} refused)" if refused else ""))
     registry.register(SourceDomain(spec, rows, refused))
@@ -191,12 +204,16 @@ def _register() -> None:
                 id=f"rlpt/{FAMILY}-report-{variant}-{difficulty}-v0", family=FAMILY, difficulty=difficulty,
                 tags=(FAMILY, "pdf", "tables", "charts", "numeric-tolerance", variant),
                 max_prompt_chars=_MAX_PROMPT[difficulty], max_answer_chars=_MAX_ANSWER,
-                description=f"{variant} question about a generated {difficulty} PDF annual report")
+                description=f"{variant} question about a generated {difficulty} PDF annual report",
+                max_instruct_prompt_chars=_MAX_PROMPT[difficulty] + INSTRUCT_EXTRA_CHARS,
+                max_instruct_answer_chars=INSTRUCT_ANSWER_CHARS)
             registry.register(ReportDomain(spec, variant))
     registry.register(StatementDomain(DomainSpec(
         id=f"rlpt/{FAMILY}-statement-cell-easy-v0", family=FAMILY, difficulty="easy",
         tags=(FAMILY, "pdf", "tables", "numeric-tolerance", "cell", "brief"), max_prompt_chars=STATEMENT_MAX_PROMPT_CHARS,
-        max_answer_chars=_MAX_ANSWER, description="one cell of a generated one-table income statement PDF")))
+        max_answer_chars=_MAX_ANSWER, description="one cell of a generated one-table income statement PDF",
+        max_instruct_prompt_chars=STATEMENT_MAX_PROMPT_CHARS + INSTRUCT_EXTRA_CHARS,
+        max_instruct_answer_chars=INSTRUCT_ANSWER_CHARS)))
 
 
 _register()

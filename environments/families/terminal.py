@@ -9,6 +9,10 @@ ignored), removed files must be gone, and every other file must be unchanged
 workspace it cannot list in full, or a required file whose contents it does
 not return in full, fails (see `_check`). Difficulty adds distractor files
 and longer inputs.
+
+The instruct style states the same task in words and asks for "one shell
+command in a ```sh block"; either style's command is the reply's last fenced
+block (else the whole reply; `environments.answers`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from environments import registry, sandbox
+from environments import answers, registry, sandbox
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, Verdict, failed, malformed, passed
+from environments.verdicts import Grade, Instruct, Problem, Verdict, failed, malformed, passed
 
 TIMEOUT_S = 2.0
+MAX_ANSWER_CHARS = 128
+INSTRUCT_EXTRA_CHARS = 160  # the instruct prompt's wording beyond the bare prompt's listing and task
+INSTRUCT_ANSWER_CHARS = 2048
+FENCE = answers.Fenced("sh", "one shell command")
 _NAMES = ("alpha", "beta", "gamma", "delta", "omega", "notes", "data", "report", "log", "main")
 _WORDS = ("apple", "pear", "fig", "kiwi", "plum", "lime", "date", "grape")
 # (distractor files, lines per data file) per difficulty.
@@ -157,11 +165,23 @@ class ShellTaskDomain(Domain):
 
     def sample(self, rng: np.random.Generator) -> Problem:
         files, instruction, demo, expected = _task(self._variant, rng, *self._size)
-        prompt = f"files: {' '.join(sorted(files))}\ntask: {instruction}\n$ "
-        return Problem(key=f"terminal:{prompt}", prompt=prompt, demonstration=demo, hidden=(files, expected), retry_cue="$ ")
+        listing = " ".join(sorted(files))
+        prompt = f"files: {listing}\ntask: {instruction}\n$ "
+        instruct = Instruct(prompt=f"The current directory holds the files: {listing}\n"
+                                   f"Task: {instruction}\n{FENCE.instruction()}",
+                            demonstration=FENCE.demonstrate(demo))
+        return Problem(key=f"terminal:{prompt}", prompt=prompt, demonstration=demo, hidden=(files, expected),
+                       retry_cue="$ ", instruct=instruct)
 
     def grade(self, task: Problem, answer: str) -> Grade:
         files, expected = task.hidden
+        found = answers.final_block(answer)
+        many = answers.several(found)
+        if many:
+            return malformed(answers.several_feedback(many, "fenced blocks"))
+        answer = found.text
+        if not answer.strip():
+            return malformed(f"the fenced block is empty; expected {self.answer_format}")
         if "\x00" in answer:
             # No exec argument can hold a NUL byte: the model's output is unrunnable, not the sandbox broken.
             return malformed(f"a shell command cannot contain a NUL byte (at offset {answer.index(chr(0))})")
@@ -188,8 +208,10 @@ def _register() -> None:
                 difficulty=difficulty,
                 tags=("terminal", "shell", "sandbox", variant),
                 max_prompt_chars=max_prompt_chars(variant, size[0]),
-                max_answer_chars=128,
+                max_answer_chars=MAX_ANSWER_CHARS,
                 description=f"shell task '{variant}' graded on the final workspace",
+                max_instruct_prompt_chars=max_prompt_chars(variant, size[0]) + INSTRUCT_EXTRA_CHARS,
+                max_instruct_answer_chars=INSTRUCT_ANSWER_CHARS,
             )
             registry.register(ShellTaskDomain(spec, variant, size))
 

@@ -42,6 +42,13 @@ Variants (each in easy / medium / hard, harder = more rows and more calls):
   convert  convert, convert and add, or add two quantities in a third unit.
   recipe   price per kg times a weight in g, lb or oz (lookup + convert + calculator).
 
+The instruct style (`prompt_style="instruct"`) states the same protocol and
+asks for each turn's JSON object in one ```json fenced block; its
+demonstration turns are written so. In either style a turn's JSON is the
+reply's last fenced block, else the whole reply, else the one JSON object its
+prose holds (`environments.answers.final_json`); a turn holding several
+different ones is MALFORMED.
+
 `reset` info carries `demonstration` (the final answer JSON, what a
 single-turn policy should emit) and `demonstration_turns` (every turn of a
 full tool-using solution, built by running the real tools, for multi-turn
@@ -60,9 +67,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from environments import registry
+from environments import answers, registry
 from environments.registry import Domain, DomainSpec
-from environments.verdicts import Grade, Problem, ToolReply, Verdict, failed, malformed, passed
+from environments.verdicts import Grade, Instruct, Problem, ToolReply, Verdict, failed, malformed, passed
 
 MAX_EXPR_CHARS = 200
 MAX_MAGNITUDE = 10**15
@@ -71,6 +78,9 @@ MAX_MAGNITUDE = 10**15
 MAX_EXPONENT = 1000
 MAX_PROMPT_CHARS = 1024
 MAX_ANSWER_CHARS = 256
+MAX_INSTRUCT_PROMPT_CHARS = 1280
+MAX_INSTRUCT_ANSWER_CHARS = 2048
+FENCE = answers.Fenced("json", "that turn's JSON object")
 MAX_TURNS = {"easy": 6, "medium": 8, "hard": 10}
 _NUMBER_RE = re.compile(r"^[-+]?\$?[0-9][0-9,]*(\.[0-9]+)?$")
 # At most 3 exponent digits: Fraction("1e999999999") would build a huge integer.
@@ -311,8 +321,16 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_turn(text: str) -> dict[str, Any] | ToolReply:
-    """The turn's JSON object (a tool call or an answer), or a MALFORMED reply."""
+    """The turn's JSON object (a tool call or an answer), or a MALFORMED reply.
+    The object is the reply's last fenced block, else the whole reply, else
+    the one JSON object in its prose (`answers.final_json`)."""
     example = 'expected one JSON object: {"tool": ..., "args": {...}} or {"answer": "..."}'
+    found = answers.final_json(text)
+    many = answers.several(found)
+    if many:
+        return ToolReply(Verdict.MALFORMED, answers.several_feedback(many, "JSON objects" if found.source == "json"
+                                                                     else "fenced blocks") + " per turn")
+    text = found.text
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
@@ -556,6 +574,8 @@ _HEADER = (
     "answered with a line \"result: ...\" (or \"ERROR: ...\" / \"MALFORMED: ...\" to fix), "
     "or your final answer such as {\"answer\": \"42\"}.\n"
 )
+# The instruct style: the same protocol, each turn's object in a ```json block.
+_INSTRUCT_HEADER = _HEADER + f"Each turn, {FENCE.instruction()[0].lower()}{FENCE.instruction()[1:]}\n"
 
 
 def _parse_answer_number(value: Any) -> float | None:
@@ -579,12 +599,16 @@ class ToolsDomain(Domain):
         question, table, answer, turns = self._generate(rng, self._difficulty)
         keys = ", ".join(k for k, _ in table.rows) if table.rows else "(no table for this task)"
         prompt = f"{_HEADER}Table ({table.title}): {keys}\nQ: {question}\n"
+        fenced = tuple(FENCE.demonstrate(turn) for turn in turns)
+        instruct = Instruct(prompt=f"{_INSTRUCT_HEADER}Table ({table.title}): {keys}\nQuestion: {question}\n",
+                            demonstration=fenced[-1], demonstration_turns=fenced)
         return Problem(
             key=f"tools:{prompt}",
             prompt=prompt,
             demonstration=turns[-1],
             hidden=Hidden(table, answer),
             demonstration_turns=turns,
+            instruct=instruct,
         )
 
     def grade(self, task: Problem, answer: str) -> Grade | ToolReply:
@@ -625,6 +649,8 @@ def _register() -> None:
                 max_answer_chars=MAX_ANSWER_CHARS,
                 description=f"{variant} task solved with JSON tool calls (calculator, lookup, convert)",
                 max_turns=MAX_TURNS[difficulty],
+                max_instruct_prompt_chars=MAX_INSTRUCT_PROMPT_CHARS,
+                max_instruct_answer_chars=MAX_INSTRUCT_ANSWER_CHARS,
             )
             registry.register(ToolsDomain(spec, variant, difficulty))
 

@@ -20,6 +20,15 @@ A `Reference` is one of:
 
 Malformed answers (not a number, not JSON) are MALFORMED with one line saying
 what was expected.
+
+The answer graded is the reply's final answer (`environments.answers`): for
+a value, after its last "Answer:" line (or statement, or box), else the whole
+reply; for "spans", the last fenced block, else the text after the last
+statement, else the whole reply; for "fields", the JSON object of
+`answers.final_json`. A reply giving several different answers ("Answer: 42"
+then "Answer: 43", "42 or 43") is MALFORMED. `instruction(ref)` and
+`demonstrate_instruct(ref)` are the instruct prompt style's answer format and
+demonstration.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import dataclasses
 import json
 from typing import Any
 
+from environments import answers as final
 from environments.finance.numbers import Number, SCALES, matches, normalise_text, parse_number, same_text
 from environments.verdicts import Grade, failed, malformed, passed
 
@@ -155,10 +165,46 @@ def _fields(ref: Reference, answer: str) -> Grade:
     return failed(f"wrong fields: {wrong}", reward=(len(names) - len(wrong)) / len(names) * 0.5)
 
 
+_JSON_KINDS = {"spans": final.Fenced("json", "the JSON list"), "fields": final.Fenced("json", "the JSON object")}
+_LINE = final.AnswerLine("<answer>")
+
+
+def instruction(ref: Reference) -> str:
+    """The instruct prompt style's answer format for `ref`, in words."""
+    return (_JSON_KINDS.get(ref.kind) or _LINE).instruction()
+
+
+def demonstrate_instruct(ref: Reference) -> str:
+    """An instruct-style reply to `ref` that PASSes: the answer line, or the JSON in its fence."""
+    return (_JSON_KINDS.get(ref.kind) or _LINE).demonstrate(demonstrate(ref))
+
+
+def _final(ref: Reference, answer: str) -> str | Grade:
+    """The reply's final answer for `ref`'s kind, or the MALFORMED grade of a reply giving several."""
+    if ref.kind == "fields":
+        found = final.final_json(answer)
+        many = final.several(found)
+        return malformed(f"expected {ref.answer_format}; {final.several_feedback(many)}") if many else found.text
+    if ref.kind == "spans":
+        found = final.final_block(answer)
+        if found.source == "text" and final.STATEMENT_RE.search(answer):
+            found = final.final_answer(answer, number_line=False)  # items on lines: the last is no answer alone
+        many = final.several(found)
+        return malformed(f"expected {ref.answer_format}; {final.several_feedback(many)}") if many else found.value
+    found = final.final_answer(answer)
+    problem = final.one_value(found, parse_number if ref.kind in ("number", "count") else normalise_text)
+    return malformed(f"expected {ref.answer_format}; {problem}") if problem else found.value
+
+
 def grade(ref: Reference, answer: str) -> Grade:
     """The grade of `answer` (stripped by the env) against `ref`."""
     if not answer:
         return malformed(f"empty answer; expected {ref.answer_format}")
+    answer = _final(ref, answer)
+    if isinstance(answer, Grade):
+        return answer
+    if not answer:
+        return malformed(f"empty final answer; expected {ref.answer_format}")
     if ref.kind in ("number", "count"):
         return _number(ref, answer)
     if ref.kind == "yesno":
@@ -175,4 +221,4 @@ def grade(ref: Reference, answer: str) -> Grade:
     return _fields(ref, answer)
 
 
-__all__ = ["KINDS", "Number", "Reference", "demonstrate", "grade", "show_number"]
+__all__ = ["KINDS", "Number", "Reference", "demonstrate", "demonstrate_instruct", "grade", "instruction", "show_number"]

@@ -33,9 +33,9 @@ from typing import Any, Iterator, Sequence
 
 from environments.datasets import Refused
 from environments.finance import program
-from environments.finance.answers import Reference, demonstrate
+from environments.finance.answers import Reference, demonstrate, demonstrate_instruct, instruction
 from environments.finance.numbers import SCALES, parse_number
-from environments.verdicts import Problem
+from environments.verdicts import Instruct, Problem
 
 SOURCES = ("finqa", "tatqa", "convfinqa")
 _CONVERSATIONS = ("train.json", "dev.json")  # ConvFinQA's conversation-level files (its *_turn.json repeat them)
@@ -60,6 +60,23 @@ def prompt(context: Sequence[str], question: str, ref: Reference, history: Seque
     turns = "".join(f"Q: {q}\nA: {a}\n" for q, a in history)
     body = "\n\n".join(part for part in context if part.strip())
     return f"{body}\n\n{turns}Q: {question}\nAnswer with {ref.answer_format}.\nA: "
+
+
+def instruct_prompt(context: Sequence[str], question: str, ref: Reference,
+                    history: Sequence[tuple[str, str]] = ()) -> str:
+    """The instruct prompt style's prompt: the context, the earlier questions with
+    their answers, the question, its answer format in words."""
+    turns = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in history)
+    body = "\n\n".join(part for part in context if part.strip())
+    return f"{body}\n\n{turns}Question: {question}\nAnswer with {ref.answer_format}. {instruction(ref)}"
+
+
+def task(key: str, context: Sequence[str], question: str, ref: Reference,
+         history: Sequence[tuple[str, str]] = ()) -> Problem:
+    """A row's task in both prompt styles."""
+    instruct = Instruct(instruct_prompt(context, question, ref, history), demonstrate_instruct(ref))
+    return Problem(key=key, prompt=prompt(context, question, ref, history), demonstration=demonstrate(ref),
+                   hidden=ref, retry_cue="A: ", instruct=instruct)
 
 
 def _split_of(name: str) -> str:
@@ -146,10 +163,8 @@ def _finqa_row(name: str, entry: dict) -> Row:
     if ref.kind == "number" and str(qa.get("answer", "")).strip().endswith("%"):
         ref = dataclasses.replace(ref, unit="percent")
     _checked(qa.get("program"), entry.get("table"), ref, "qa.program")
-    text = prompt(_context(entry), qa["question"], ref)
-    key = f"finqa:{entry.get('id')}"
-    return Row(Problem(key=key, prompt=text, demonstration=demonstrate(ref), hidden=ref, retry_cue="A: "),
-               _split_of(name), str(qa["exe_ans"]))
+    row = task(f"finqa:{entry.get('id')}", _context(entry), qa["question"], ref)
+    return Row(row, _split_of(name), str(qa["exe_ans"]))
 
 
 def _span_ref(text: str, scale: str) -> Reference:
@@ -198,12 +213,10 @@ def _tatqa_rows(name: str, entry: dict) -> Iterator[tuple[str, str | None, Row |
         except ValueError as e:
             yield f"question {j}", uid, str(e)
             continue
-        task = Problem(key=f"tatqa:{uid}", prompt=prompt(context, q["question"], ref),
-                       demonstration=demonstrate(ref), hidden=ref, retry_cue="A: ")
         answer = q["answer"]
         published = json.dumps(answer) if isinstance(answer, list) and len(answer) > 1 else (
             str(answer[0]) if isinstance(answer, list) else str(answer))
-        yield f"question {j}", uid, Row(task, _split_of(name), published)
+        yield f"question {j}", uid, Row(task(f"tatqa:{uid}", context, q["question"], ref), _split_of(name), published)
 
 
 def _turns(entry: dict) -> Iterator[tuple[int, list, list, Any]]:
@@ -243,9 +256,8 @@ def _convfinqa_rows(name: str, entry: dict) -> Iterator[tuple[str, str | None, R
             yield where, f"{ident}#{turn}", str(e)
             continue
         history = [(str(q), _shown(a)) for q, a in zip(questions[:-1], answers)]
-        task = Problem(key=f"convfinqa:{ident}#{turn}", prompt=prompt(context, str(questions[-1]), ref, history),
-                       demonstration=demonstrate(ref), hidden=ref, retry_cue="A: ")
-        yield where, f"{ident}#{turn}", Row(task, _split_of(name), str(answers[turn]))
+        row = task(f"convfinqa:{ident}#{turn}", context, str(questions[-1]), ref, history)
+        yield where, f"{ident}#{turn}", Row(row, _split_of(name), str(answers[turn]))
 
 
 def _shown(answer: Any) -> str:

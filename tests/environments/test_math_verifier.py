@@ -65,8 +65,15 @@ def test_one_answer_order(answer, verdict):
 def test_gsm8k_style_money_answers_pass_and_their_neighbours_fail():
     for answer in (r"\boxed{\$1,250}", r"\boxed{1250 \text{ dollars}}", "The answer is $1,250.",
                    "Final Answer: The final answer is $1,250$. I hope it is correct.", "#### 1,250"):
-        assert _verdict("Each costs $5, so 5 * 250 = \\boxed{1000} before tax.\n" + answer, "1250") == "PASS", answer
+        assert _verdict(answer, "1250") == "PASS", answer
         assert _verdict(answer.replace("1,250", "1,251").replace("1250", "1251"), "1250") == "FAIL", answer
+        # After an intermediate box, a final answer statement is the answer; a second,
+        # different box is a second answer (environments.answers): not accepted.
+        grade = _grade("Each costs $5, so 5 * 250 = \\boxed{1000} before tax.\n" + answer, "1250")
+        if answer.startswith("\\boxed"):
+            assert grade.verdict.value == "MALFORMED" and "2 different boxed answers" in grade.feedback, answer
+        else:
+            assert grade.verdict.value == "PASS", answer
 
 
 def test_malformed_feedback_names_what_was_found():

@@ -45,7 +45,7 @@ def test_selection_covers_every_registered_domain():
     assert d in originals and why
   # Every family is represented.
   assert {registry.get(d).family for d in ids} >= {"math", "strings", "code", "terminal", "rg",
-                                                   "dataset", "documents"}
+                                                   "dataset", "cad", "finance"}
   assert domains.every_domain("family=rg,difficulty=easy")[0] == tuple(
       d for d in ids if registry.get(d).family == "rg" and registry.get(d).difficulty == "easy")
   with pytest.raises(ValueError, match="must be <key>=<value>"):
