@@ -3,6 +3,7 @@
 from rlpt.models.cache import KVCache, causal_mask, init_cache, write_kv
 from rlpt.config.model import ModelConfig
 from rlpt.models.transformer import Decoder, Transformer, ValueModel
+from rlpt.models.gguf import GGUF_MODELS, load_gguf_checkpoint, resolve_gguf
 
 __all__ = [
     "ModelConfig",
@@ -13,4 +14,7 @@ __all__ = [
     "causal_mask",
     "init_cache",
     "write_kv",
+    "GGUF_MODELS",
+    "load_gguf_checkpoint",
+    "resolve_gguf",
 ]

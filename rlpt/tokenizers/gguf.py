@@ -17,10 +17,11 @@ special ids). Two kinds of vocabulary are read:
 Control tokens (type 3) are special added tokens, user-defined ones (type 4,
 Gemma's runs of newlines) plain added tokens: both are matched whole.
 
-``template_name`` says which of rlpt.tokenizers.chat's templates the file's
-Jinja template is (ChatML for SmolLM2-Instruct; Gemma 3 base has none).
-``save_pretrained`` writes tokenizer.json and tokenizer_config.json (with the
-Jinja template) for an export that transformers loads.
+``chat_template`` is the file's Jinja template (``tokenizer.chat_template``;
+SmolLM2-Instruct's is ChatML, Gemma 3 base has none), which
+rlpt.tokenizers.chat lays prompts out by. ``save_pretrained`` writes
+tokenizer.json and tokenizer_config.json (with the Jinja template) for an
+export that transformers loads.
 """
 
 from __future__ import annotations
@@ -54,22 +55,7 @@ PRE_TOKENIZERS = {
     "llama-bpe": lambda: _split(_LLAMA3_SPLIT),
     "llama3": lambda: _split(_LLAMA3_SPLIT),
 }
-# Markers of the Jinja chat template -> rlpt.tokenizers.chat template name.
-TEMPLATE_MARKERS = (("<|im_start|>", "chatml"), ("<start_of_turn>", "gemma"),
-                    ("<|start_header_id|>", "llama3"))
 _CONTROL, _USER_DEFINED = 3, 4
-
-
-def template_name(jinja: str | None) -> str | None:
-  """The rlpt chat template a Jinja template lays turns out as, or None when
-  there is none; an unknown template raises, naming its start."""
-  if not jinja:
-    return None
-  for marker, name in TEMPLATE_MARKERS:
-    if marker in jinja:
-      return name
-  raise ValueError(f"chat template {jinja[:80]!r}... matches none of rlpt's templates "
-                   f"(markers {[m for m, _ in TEMPLATE_MARKERS]}).")
 
 
 def _byte_level(meta: dict, path: str) -> Tokenizer:
@@ -141,8 +127,7 @@ class GGUFTokenizer(HFTokenizer):
   """The tokenizer of a GGUF file given by name (rlpt.models.gguf.GGUF_MODELS)
   or path. ``has_bos``: the file asks for BOS before a text
   (``tokenizer.ggml.add_bos_token``; SentencePiece files default to yes, as
-  llama.cpp does). ``chat_template``: the file's Jinja template or None;
-  ``template_name``: the rlpt template it is (rlpt.tokenizers.chat)."""
+  llama.cpp does). ``chat_template``: the file's Jinja template or None."""
 
   def __init__(self, model: str, cache_dir: str = DEFAULT_CACHE):
     gguf = read_gguf(resolve_gguf(model, cache_dir))
@@ -154,8 +139,7 @@ class GGUFTokenizer(HFTokenizer):
     self._set(build_tokenizer(meta, gguf.path), ids["bos"], ids["eos"], ids["padding"])
     self.has_bos = bool(meta.get("tokenizer.ggml.add_bos_token",
                                  meta.get("tokenizer.ggml.model") == "llama"))
-    self.chat_template = meta.get("tokenizer.chat_template")
-    self.template_name = template_name(self.chat_template)
+    self.chat_template = meta.get("tokenizer.chat_template") or None
     self._tokens = meta["tokenizer.ggml.tokens"]
     if self.has_bos:  # transformers then adds BOS to a text, as the file asks
       bos = (self._tokens[self.bos_id], self.bos_id)

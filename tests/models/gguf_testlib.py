@@ -64,8 +64,8 @@ def make_model(family: str, seed: int = 0):
 
 
 def gguf_name(hf: str, gemma: bool) -> str:
-  top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-         "lm_head.weight": "output.weight"}
+  top = {"model.embed_tokens.weight": "token_embd.weight",
+         "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
   if hf in top:
     return top[hf]
   _, _, layer, rest = hf.split(".", 3)

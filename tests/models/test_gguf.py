@@ -32,7 +32,8 @@ from rlpt.models.gguf import (GGUF_MODELS, PackagedGGUF, UnsupportedCheckpointEr
                               resolve_gguf)
 from rlpt.sharding import DEFAULT_RULES, make_mesh  # noqa: E402
 from rlpt.steps import forward_logits  # noqa: E402
-from rlpt.tokenizers.gguf import GGUFTokenizer, template_name  # noqa: E402
+from rlpt.tokenizers.chat import template_name  # noqa: E402
+from rlpt.tokenizers.gguf import GGUFTokenizer  # noqa: E402
 
 TOL = 1e-4  # fp32, max abs logit difference
 ARCHS = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
@@ -98,7 +99,7 @@ def test_tokenizer_from_metadata(tiny):
   family, _, f32, _ = tiny
   tok = GGUFTokenizer(f32)
   assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.vocab_size) == (257, 258, 256, 320)
-  assert not tok.has_bos and tok.template_name is None
+  assert not tok.has_bos and tok.chat_template is None
   ids = tok.encode("a tiny test")
   assert ids == [97, MERGED_ID, 105, 110, 121, MERGED_ID, 101, 115, 116]
   assert tok.encode("<|im_end|>") == [260] and tok.decode(ids + [258]) == "a tiny test"
