@@ -66,7 +66,7 @@ def mixed() -> tuple[str, ...]:
 # The all-domains job (experiments/grpo_all_domains.py): every registered
 # domain, each cut to the tasks whose prompt and demonstration fit the tiny
 # base's context (environments.bounded). A domain with too few such tasks is
-# left out, with the reason. At 256 / 63 characters 232 of the 555 registered
+# left out, with the reason. At 256 / 63 characters 223 of the 510 registered
 # domains qualify (tests/experiments/test_all_domains.py asserts at least 200).
 ALL_PROMPT_CHARS = 256
 ALL_DEMO_CHARS = 63  # + EOS: 64 new tokens
