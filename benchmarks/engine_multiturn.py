@@ -148,6 +148,7 @@ def main(_):
   from rlpt.engine import Engine, EngineConfig
   from rlpt.rollout.episodes import EpisodeRunner
   from rlpt.sampling import SamplingParams
+  from rlpt.tokenizers.prompts import PromptFormat
   from rlpt.tokenizers import ByteTokenizer
   n, turns, new, obs = _EPISODES.value, _TURNS.value, _NEW.value, _OBS.value
   cfg, graphdef, params, model, make_ctx = random_model(_WIDTH.value)
@@ -167,7 +168,7 @@ def main(_):
   results = {}
   for name in ("synchronous", "interleaved", "engine"):
     pool = LatencyPool(turns, obs, turn_s, _SIGMA.value)
-    runner = EpisodeRunner(pool, tok, ro, (tok.eos_id,), 16)
+    runner = EpisodeRunner(pool, PromptFormat(tok), ro, (tok.eos_id,), 16)
     runner.interleave = name == "interleaved"
     if name == "engine":
       ctx = make_ctx()

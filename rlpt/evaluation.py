@@ -1,7 +1,8 @@
 """Held-out evaluation: a fixed task set, its own random keys, per-domain success.
 
     evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed, batch_size=128,
-                          modes=(greedy_params, rollout_params), tokenizer=tok)
+                          modes=(greedy_params, rollout_params),
+                          prompt_format=PromptFormat(tok))
     if evaluator.due(step, last_step):
       metrics = evaluator.run(play, step, evaluator.domains_at(step, last_step))
 
@@ -25,13 +26,12 @@ from rlpt.config import EvalConfig
 from rlpt.curriculum.signal import domain_family
 from rlpt.data import Task, eval_tasks
 from rlpt.keys import run_key
+from rlpt.metrics.report import MASKED
 from rlpt.sampling import SamplingParams
-from rlpt.tokenizers.chat import PromptFormat
+from rlpt.tokenizers.prompts import PromptFormat
 
 Play = Callable[[list, SamplingParams, object], object]
-# ``<measure>_masked/<domain>``: held-out samples of the domain the environments
-# could not grade (infrastructure errors), left out of its success.
-MASKED = "_masked"
+
 
 
 class Evaluator:
@@ -41,15 +41,15 @@ class Evaluator:
   measured on the same tasks)."""
 
   def __init__(self, cfg: EvalConfig, domains: Sequence[str], seed: int, *, batch_size: int,
-               modes: tuple[SamplingParams, SamplingParams], tokenizer,
-               prompt_format: PromptFormat | None = None):
+               modes: tuple[SamplingParams, SamplingParams], prompt_format: PromptFormat):
     """``modes``: (the evaluation's sampling, the rollout's: ``eval.sampled``'s pass@1);
     ``prompt_format``: how the played prompts were laid out (the rollout's;
-    default bare), so ``answers`` shows their text without the template."""
+    ``PromptFormat(tokenizer)`` for bare prompts), so ``answers`` shows their
+    text without the template, decoded by its tokenizer."""
     self.cfg, self.domains, self.seed = cfg, tuple(domains), seed
     self.batch_size, (self.greedy, self.sampled) = batch_size, modes
-    self.tokenizer = tokenizer
-    self.format = prompt_format if prompt_format is not None else PromptFormat(tokenizer)
+    self.tokenizer = prompt_format.tokenizer
+    self.format = prompt_format
     self.tasks = eval_tasks(self.domains, cfg.tasks_per_domain, seed=cfg.seed)
 
   def due(self, step: int, last_step: int) -> bool:

@@ -27,12 +27,14 @@ from rlpt.keys import init_key, seeded_rng
 from rlpt.metrics import MetricsWriter, progress_bar
 from rlpt.models import Transformer
 from rlpt.models.hf import load_hf_checkpoint
+from rlpt.models.gguf import load_gguf_checkpoint, resolve_gguf
 from rlpt.rollout import EnvPool
 from rlpt.rollout.batch import bucket_length
 from rlpt.device import MAX_PROGRAMS, ProgramPool, batch_sharding, jit_step, place_train_state
 from rlpt.sharding import DEFAULT_RULES, make_mesh
 from rlpt.steps import make_optimizer, sft_train_step
 from rlpt.tokenizers import ByteTokenizer
+from rlpt.tokenizers.gguf import GGUFTokenizer
 from rlpt.tokenizers.hf import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -167,6 +169,9 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
   if base_cfg.hf_checkpoint:
     model_cfg, graphdef, params = load_hf_checkpoint(base_cfg.hf_checkpoint, mesh, rules)
     return (*_with_attention(base_cfg, model_cfg, graphdef), params, base_cfg.hf_checkpoint)
+  if base_cfg.model:
+    model_cfg, graphdef, params = load_gguf_checkpoint(base_cfg.model, mesh, rules)
+    return (*_with_attention(base_cfg, model_cfg, graphdef), params, resolve_gguf(base_cfg.model))
   if base_cfg.checkpoint:
     path = base_cfg.checkpoint
   else:
@@ -229,7 +234,10 @@ def _with_attention(base_cfg, model_cfg, graphdef):
 
 def resolve_tokenizer(base_cfg):
   """The tokenizer of the base: a Hugging Face base's own (tokenizer.json or
-  tokenizer.model), else the byte tokenizer of the built-in bases."""
+  tokenizer.model), a GGUF file's (its metadata), else the byte tokenizer of
+  the built-in bases."""
   if base_cfg.hf_checkpoint:
     return load_tokenizer(base_cfg.hf_checkpoint)
+  if base_cfg.model:
+    return GGUFTokenizer(base_cfg.model)
   return ByteTokenizer()

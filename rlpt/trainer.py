@@ -31,7 +31,8 @@ from rlpt.checkpoint import (RunCheckpointer, abstract_like, check_resume, jsona
                              model_fingerprint)
 from rlpt.config import TrainConfig, to_json
 from rlpt.data import Task
-from rlpt.evaluation import MASKED, Evaluator
+from rlpt.evaluation import Evaluator
+from rlpt.metrics.report import MASKED
 from rlpt.keys import KEY_SCHEME
 from rlpt.metrics import RunLog, progress_bar
 from rlpt.pretrain import resolve_base, resolve_tokenizer
@@ -87,8 +88,7 @@ class Trainer:
       self.rollout.set_weights(self.actor.sampling_weights())
     sampling, greedy = source_cfg.modes
     self.evaluator = Evaluator(cfg.eval, cfg.domains.ids, cfg.seed, batch_size=ro.batch_size,
-                               modes=(greedy, sampling), tokenizer=self.tokenizer,
-                               prompt_format=self.rollout.prompt_format)
+                               modes=(greedy, sampling), prompt_format=self.rollout.prompt_format)
     self.step, self._window_start = 0, None  # the window of the idle-fraction measure
     self.log = RunLog(workdir, cfg.domains.ids, is_primary())
     # The reference is saved as a pointer (path + fingerprint), not weights.

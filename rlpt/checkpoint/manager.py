@@ -75,10 +75,16 @@ def model_fingerprint(directory: str) -> str:
 
   Hashes ``model.json`` and the relative path and size of every file under
   the directory, not the weights: enough to notice a different or rebuilt
-  base, at no cost for large models.
+  base, at no cost for large models. A single-file base (a GGUF file,
+  rlpt.models.gguf) is identified by its name, size and first MiB, which
+  holds its metadata.
   """
   h = hashlib.sha256()
   directory = os.path.abspath(directory)
+  if os.path.isfile(directory):
+    with open(directory, "rb") as f:
+      h.update(f"{os.path.basename(directory)}:{os.path.getsize(directory)}\n".encode() + f.read(1 << 20))
+    return h.hexdigest()[:16]
   # A Hugging Face base (rlpt.models.hf) has config.json where rlpt has model.json.
   meta = "model.json" if os.path.exists(os.path.join(directory, "model.json")) else "config.json"
   with open(os.path.join(directory, meta), "rb") as f:

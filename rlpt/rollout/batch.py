@@ -19,7 +19,7 @@ import numpy as np
 from rlpt.curriculum.signal import SUM_PREFIX
 from rlpt.packing import pack_width
 from rlpt.tokenizers import Tokenizer
-from rlpt.tokenizers.chat import PromptFormat
+from rlpt.tokenizers.prompts import PromptFormat
 
 
 def bucket_length(n: int, max_len: int, bucket: int, ladder: bool = False) -> int:

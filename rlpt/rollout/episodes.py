@@ -50,7 +50,7 @@ from rlpt.config import RolloutConfig
 from rlpt.packing import pack_width
 from rlpt.rollout.batch import SequenceBatch, build_episode_sequences, encode_prompts, pad_contexts
 from rlpt.rollout.pool_api import EnvironmentPool
-from rlpt.tokenizers.chat import PromptFormat
+from rlpt.tokenizers.prompts import PromptFormat
 
 
 class EpisodeBatch(NamedTuple):
@@ -63,7 +63,9 @@ class EpisodeBatch(NamedTuple):
 class EpisodeRunner:
   """Drives episodes on an environment pool (an `EnvironmentPool`) with a sampler.
 
-  tokenizer: decodes answers.
+  prompt_format: how prompts and observations become ids (its ``tokenizer``
+    also decodes answers); ``PromptFormat(tokenizer)`` is bare: BOS + text,
+    observations appended as text.
   rollout: the run's ``rollout`` section (``max_prompt_len``, the context an
     episode may fill; ``max_new_tokens`` per turn; ``interleave_turns``).
   stop_ids: tokens that end a completion (dropped from the answer text): the
@@ -71,16 +73,17 @@ class EpisodeRunner:
   bucket: prompt buffers are padded to a multiple of this many tokens.
   min_ready: interleaved, the share of running episodes that must be ready
     before the sampler runs (when nothing else is running, it runs anyway).
-  prompt_format: how prompts and observations become ids (default: bare,
-    BOS + text, observations appended as text).
   """
 
-  def __init__(self, pool: EnvironmentPool, tokenizer, rollout: RolloutConfig,
-               stop_ids: Sequence[int], bucket: int, min_ready: float = 0.5,
-               prompt_format: PromptFormat | None = None):
+  def __init__(self, pool: EnvironmentPool, prompt_format: PromptFormat, rollout: RolloutConfig,
+               stop_ids: Sequence[int], bucket: int, min_ready: float = 0.5):
     if not 0.0 < min_ready <= 1.0:
       raise ValueError(f"min_ready must be in (0, 1], got {min_ready}")
-    self.format = prompt_format if prompt_format is not None else PromptFormat(tokenizer)
+    if not isinstance(prompt_format, PromptFormat):
+      raise TypeError(f"EpisodeRunner takes a PromptFormat (rlpt.tokenizers.prompts; PromptFormat(tokenizer) "
+                      f"for bare prompts), got {type(prompt_format).__name__}")
+    self.format = prompt_format
+    tokenizer = prompt_format.tokenizer
     if not set(self.format.stop_ids) <= set(int(x) for x in stop_ids):
       raise ValueError(f"the sampler stops at {sorted(int(x) for x in stop_ids)}, not at every "
                        f"stop token of the '{self.format.name}' prompt format "

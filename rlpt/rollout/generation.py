@@ -28,7 +28,7 @@ from rlpt.sampling.fast import FastSampler, FlatLayout
 from rlpt.rollout.speculative import SpeculativeRollout
 from rlpt.sampling.prefix import PrefixLayout
 from rlpt.sampling.quant import QuantizedState, quantize_params
-from rlpt.tokenizers.chat import prompt_format
+from rlpt.tokenizers.prompts import prompt_format
 
 
 class RolloutSampling:
@@ -37,7 +37,7 @@ class RolloutSampling:
   ``params``: the sampler's copy of the policy (set by ``handoff``); ``spec``:
   the speculative draft (``SpeculativeRollout``) or None; ``prompt_format``:
   how the run's prompts and observations become ids
-  (rlpt.tokenizers.chat.prompt_format of ``rollout.chat_template`` /
+  (rlpt.tokenizers.prompts.prompt_format of ``rollout.chat_template`` /
   ``system_prompt``), whose stop tokens every sampler stops at.
   """
 

@@ -78,9 +78,8 @@ class RolloutSource:
     # episodes', the draft's warm-up prompts' and the evaluator's displays.
     self.prompt_format = self.samplers.prompt_format
     self.pool = pool if pool is not None else make_env_pool(cfg.env, cfg.domains, rollout)
-    self.episode_runner = EpisodeRunner(self.pool, ctx.tokenizer, rollout,
-                                        self.samplers.sampler.stop_ids, PROMPT_BUCKET,
-                                        prompt_format=self.prompt_format)
+    self.episode_runner = EpisodeRunner(self.pool, self.prompt_format, rollout,
+                                        self.samplers.sampler.stop_ids, PROMPT_BUCKET)
     # Training tasks: a grain iterator of per-rollout seeds; the curriculum
     # sampler picks each rollout's domains (see rlpt.data.stream).
     self.task_stream = TaskStream(ctx.seed, rollout.prompts_per_step)

@@ -25,7 +25,7 @@ class ByteTokenizer:
     data = bytes(int(i) for i in ids if 0 <= int(i) < 256)
     return data.decode("utf-8", errors="replace")
 
-  # The built-in bases are prompted with bare text (rlpt.tokenizers.chat.PromptFormat).
+  # The built-in bases are prompted with bare text (rlpt.tokenizers.prompts.PromptFormat).
   chat_template: ClassVar[str | None] = None
 
   # Hugging Face names of the special ids.

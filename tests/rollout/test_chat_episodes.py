@@ -35,7 +35,7 @@ from rlpt.rollout.batch import encode_prompts  # noqa: E402
 from rlpt.rollout.episodes import EpisodeRunner  # noqa: E402
 from rlpt.sampling import SamplingParams  # noqa: E402
 from rlpt.tokenizers import ByteTokenizer  # noqa: E402
-from rlpt.tokenizers.chat import prompt_format  # noqa: E402
+from rlpt.tokenizers.prompts import PromptFormat, prompt_format  # noqa: E402
 from rlpt.tokenizers.hf import load_tokenizer  # noqa: E402
 
 REVERSE = "rlpt/strings-reverse-easy-v0"
@@ -163,7 +163,7 @@ def _play(tok, fmt, mode, sampler):
   try:
     rollout = RolloutConfig(max_prompt_len=512, max_new_tokens=MAX_NEW,
                             interleave_turns=mode == "interleaved")
-    runner = EpisodeRunner(pool, tok, rollout, fmt.stop_ids, 16, prompt_format=fmt)
+    runner = EpisodeRunner(pool, fmt, rollout, fmt.stop_ids, 16)
     tasks = [Task(REVERSE, s, "train") for s in range(3)]
     if mode == "engine":
       engine = ScriptedEngine(sampler)
@@ -225,7 +225,7 @@ def test_chat_episodes_are_the_templates_ids_and_train_on_sampled_tokens_only(ch
 def test_evaluator_shows_the_prompt_text_and_the_sampled_answers(chat):
   tok, fmt, _ = chat
   ev = Evaluator(EvalConfig(tasks_per_domain=2), (REVERSE,), seed=0, batch_size=2,
-                 modes=(SamplingParams(0.0), SamplingParams(1.0)), tokenizer=tok, prompt_format=fmt)
+                 modes=(SamplingParams(0.0), SamplingParams(1.0)), prompt_format=fmt)
   books = {}
 
   def play(tasks, sampling, key):
@@ -250,11 +250,11 @@ def test_bare_episodes_are_bos_prompt_then_bytes(tmp_path):
     def answer(self, context):
       return list(b"zz") + [tok.eos_id]
 
-  for fmt in (None, prompt_format(tok), prompt_format(tok, "none")):
+  for fmt in (PromptFormat(tok), prompt_format(tok), prompt_format(tok, "none")):
     pool = RecordingPool([REVERSE], EnvConfig(workers=2), max_attempts=2)
     try:
-      runner = EpisodeRunner(pool, tok, RolloutConfig(max_prompt_len=512, max_new_tokens=MAX_NEW),
-                             (tok.eos_id,), 16, prompt_format=fmt)
+      runner = EpisodeRunner(pool, fmt, RolloutConfig(max_prompt_len=512, max_new_tokens=MAX_NEW),
+                             (tok.eos_id,), 16)
       assert runner.format.name == "bare"
       tasks = [Task(REVERSE, s, "train") for s in range(2)]
       out = runner.run(tasks, Bare())
@@ -277,4 +277,4 @@ def test_the_runner_refuses_a_sampler_that_misses_the_formats_stop_token(chat):
   tok, fmt, _ = chat
   with pytest.raises(ValueError, match=r"sampler stops at \[.*\], not at every stop token of the "
                                        r"'chatml' prompt format"):
-    EpisodeRunner(None, tok, RolloutConfig(), (tok.eos_id,), 16, prompt_format=fmt)
+    EpisodeRunner(None, fmt, RolloutConfig(), (tok.eos_id,), 16)

@@ -17,6 +17,7 @@ from rlpt.data import Task
 from rlpt.rollout import EnvPool
 from rlpt.rollout.episodes import EpisodeRunner
 from rlpt.tokenizers.byte import ByteTokenizer
+from rlpt.tokenizers.prompts import PromptFormat
 
 REVERSE = "rlpt/strings-reverse-easy-v0"
 SLOW_SEED = 100
@@ -65,7 +66,7 @@ def _play(interleave):
   pool = SlowSeedPool([REVERSE], EnvConfig(workers=4), max_attempts=3)
   try:
     rollout = RolloutConfig(max_prompt_len=512, max_new_tokens=8, interleave_turns=interleave)
-    runner = EpisodeRunner(pool, tok, rollout, stop_ids=[tok.eos_id], bucket=16)
+    runner = EpisodeRunner(pool, PromptFormat(tok), rollout, stop_ids=[tok.eos_id], bucket=16)
     sampler = FixedSampler(tok)
     tasks = [Task(REVERSE, SLOW_SEED, "train")] + [Task(REVERSE, s, "train") for s in range(3)]
     t = time.perf_counter()

@@ -15,7 +15,8 @@ pytest.importorskip("jinja2")
 transformers = pytest.importorskip("transformers")
 
 from rlpt.models.gguf import resolve_gguf  # noqa: E402
-from rlpt.tokenizers.chat import TEMPLATES, after_stop_ids, prompt_format  # noqa: E402
+from rlpt.tokenizers.chat import TEMPLATES, after_stop_ids  # noqa: E402
+from rlpt.tokenizers.prompts import prompt_format  # noqa: E402
 from rlpt.tokenizers.gguf import GGUFTokenizer  # noqa: E402
 
 SMOLLM2 = "smollm2-135m-instruct"

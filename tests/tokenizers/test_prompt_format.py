@@ -1,4 +1,4 @@
-"""rlpt.tokenizers.chat.PromptFormat against transformers' apply_chat_template.
+"""rlpt.tokenizers.prompts.PromptFormat against transformers' apply_chat_template.
 
 Tokenizers trained here from a few sentences, each with a Jinja chat template
 of our own writing modelled on a family's (ChatML with a default system turn
@@ -21,8 +21,9 @@ transformers = pytest.importorskip("transformers")
 from rlpt.config import ConfigError, RolloutConfig  # noqa: E402
 from rlpt.config.rl_sections import CHAT_TEMPLATES  # noqa: E402
 from rlpt.tokenizers import ByteTokenizer  # noqa: E402
-from rlpt.tokenizers.chat import (CHAT_TEMPLATE_CHOICES, TEMPLATES, PromptFormat,  # noqa: E402
-                                  after_stop_ids, prompt_format, read_jinja, render_jinja)
+from rlpt.tokenizers.chat import TEMPLATES, after_stop_ids  # noqa: E402
+from rlpt.tokenizers.prompts import (CHAT_TEMPLATE_CHOICES, PromptFormat, prompt_format, read_jinja,  # noqa: E402
+                                     render_jinja)
 from rlpt.tokenizers.hf import load_tokenizer  # noqa: E402
 
 SENTENCES = [

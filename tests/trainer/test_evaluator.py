@@ -14,6 +14,7 @@ from rlpt.keys import run_key
 from rlpt.rollout.records import Outcome
 from rlpt.sampling import SamplingParams
 from rlpt.tokenizers import ByteTokenizer
+from rlpt.tokenizers.prompts import PromptFormat
 
 DOMAINS = ("rlpt/math-add-easy-v0", "rlpt/strings-reverse-easy-v0")
 GREEDY, SAMPLED = SamplingParams(0.0, 0, 1.0), SamplingParams(1.0, 0, 1.0)
@@ -44,7 +45,7 @@ class Script:
 def _evaluator(tasks_per_domain=5, sampled=True):
   return Evaluator(EvalConfig(every=10, tasks_per_domain=tasks_per_domain, sampled=sampled),
                    DOMAINS, seed=3, batch_size=4, modes=(GREEDY, SAMPLED),
-                   tokenizer=ByteTokenizer())
+                   prompt_format=PromptFormat(ByteTokenizer()))
 
 
 def test_success_means_chunks_and_keys():
@@ -90,7 +91,7 @@ def test_the_success_table_shows_masked_samples_beside_success():
 def test_rotating_subsets_cover_every_domain_in_turn():
   domains = tuple(f"rlpt/f{i % 2}-d{i}-easy-v0" for i in range(5))
   ev = Evaluator(EvalConfig(every=10, tasks_per_domain=2, domains_per_eval=2), domains, seed=0,
-                 batch_size=4, modes=(GREEDY, SAMPLED), tokenizer=ByteTokenizer())
+                 batch_size=4, modes=(GREEDY, SAMPLED), prompt_format=PromptFormat(ByteTokenizer()))
   # Full passes before training and after the last step; pairs in turn between.
   assert ev.domains_at(0, 60) == domains and ev.domains_at(60, 60) == domains
   assert [ev.domains_at(s, 60) for s in (10, 20, 30, 40, 50)] == [
@@ -132,7 +133,7 @@ def test_the_held_out_set_is_the_same_for_every_training_seed():
   """eval.seed draws the tasks (fixed by default), the run's seed only the keys."""
   def tasks(run_seed, eval_seed=1):
     ev = Evaluator(EvalConfig(tasks_per_domain=6, seed=eval_seed), DOMAINS, seed=run_seed,
-                   batch_size=4, modes=(GREEDY, SAMPLED), tokenizer=ByteTokenizer())
+                   batch_size=4, modes=(GREEDY, SAMPLED), prompt_format=PromptFormat(ByteTokenizer()))
     return [(t.domain, t.seed, t.split) for t in ev.tasks]
   assert tasks(0) == tasks(1) == tasks(7)
   assert tasks(0) != tasks(0, eval_seed=2)
