@@ -36,6 +36,7 @@ from rlpt.steps import make_optimizer, sft_train_step
 from rlpt.tokenizers import ByteTokenizer
 from rlpt.tokenizers.gguf import GGUFTokenizer
 from rlpt.tokenizers.hf import load_tokenizer
+from rlpt.tokenizers.prompts import PromptFormat
 
 log = logging.getLogger(__name__)
 
@@ -59,22 +60,30 @@ def corrupt(text: str, rng: np.random.Generator) -> str:
   return text[:i] + choices[int(rng.integers(len(choices)))] + text[i + 1:]
 
 
-def demonstration_batch(pool: EnvPool, tasks, tokenizer, max_len: int, bucket: int = 16,
+def demonstration_batch(pool: EnvPool, tasks, fmt: PromptFormat, max_len: int, bucket: int = 16,
                         noise: float = 0.0, rng: np.random.Generator | None = None):
-  """[B, L] tokens of BOS + prompt + demonstration + EOS, and the answer mask [B, L-1].
+  """[B, L] tokens of prompt + demonstration + end of turn, and the answer mask [B, L-1].
 
-  L is the longest example rounded up to a multiple of ``bucket`` (at most
+  The ids are those the policy would see and sample under ``fmt``: the
+  prompt is ``fmt.prompt_ids(text)`` (bare: BOS + text; a chat template: its
+  turns up to the assistant's header), then the demonstration's ids and the
+  format's first stop token (bare: EOS; a chat template: its end-of-turn
+  token). Only the demonstration and that stop token are targets. L is the
+  longest example rounded up to a multiple of ``bucket`` (at most
   ``max_len``), so short batches do not pay for padding. With ``noise`` > 0 a
   fraction of the demonstrations carry one ``corrupt`` slip.
   """
+  if noise and rng is None:
+    raise ValueError(f"demonstration noise {noise} needs an rng (numpy Generator); got None.")
+  tokenizer = fmt.tokenizer
   prompts = pool.reset(tasks)
   rows, starts = [], []
   for task, p in zip(tasks, prompts):
-    prompt = [tokenizer.bos_id] + tokenizer.encode(p.text)
+    prompt = fmt.prompt_ids(p.text)
     demo = p.info["demonstration"]
     if noise and rng.random() < noise:
       demo = corrupt(demo, rng)
-    answer = tokenizer.encode(demo) + [tokenizer.eos_id]
+    answer = tokenizer.encode(demo) + [fmt.stop_ids[0]]
     if len(prompt) + len(answer) > max_len:
       raise ValueError(f"a demonstration of '{task.domain}' needs {len(prompt) + len(answer)} "
                        f"tokens but max_len is {max_len}.")
@@ -97,6 +106,7 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
   if cfg.model.vocab_size < tokenizer.vocab_size:
     raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the byte "
                      f"tokenizer's {tokenizer.vocab_size}.")
+  fmt = PromptFormat(tokenizer)  # bare: BOS + prompt + demonstration + EOS
   mesh = make_mesh({"data": -1})
   rules = DEFAULT_RULES
   model = Transformer(cfg.model, nnx.Rngs(init_key(cfg.seed)))
@@ -114,7 +124,7 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
   t0 = time.time()
   try:
     for step in range(1, cfg.steps + 1):
-      tokens, mask = demonstration_batch(pool, sampler.sample(cfg.batch_size), tokenizer,
+      tokens, mask = demonstration_batch(pool, sampler.sample(cfg.batch_size), fmt,
                                          cfg.max_len, noise=cfg.demo_noise, rng=noise_rng)
       state, metrics = step_fn(state, tokens, mask)
       if step % cfg.log_every == 0 or step == cfg.steps:

@@ -8,6 +8,7 @@ V vocab.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -302,20 +303,39 @@ def value_train_step(state: TrainState, batch: ValueBatch, counts: LossCounts, *
   return TrainState(state.step + 1, params, opt_state), metrics
 
 
+def sft_loss(params: nnx.State, tokens_BxL: jax.Array, loss_mask_BxL1: jax.Array, *,
+             graphdef: nnx.GraphDef) -> tuple[jax.Array, dict]:
+  """Mean next-token cross-entropy (nats per target) over the masked targets, and metrics."""
+  logits = forward_logits(graphdef, params, tokens_BxL[:, :-1])
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  nll = -jnp.take_along_axis(logp, tokens_BxL[:, 1:, None], axis=-1)[..., 0]
+  denom = jnp.maximum(loss_mask_BxL1.sum(), 1.0)
+  loss = (nll * loss_mask_BxL1).sum() / denom
+  correct = (jnp.argmax(logits, -1) == tokens_BxL[:, 1:]) * loss_mask_BxL1
+  return loss, {"loss": loss, "token_accuracy": correct.sum() / denom}
+
+
 def sft_train_step(state: TrainState, tokens_BxL: jax.Array, loss_mask_BxL1: jax.Array, *,
                    graphdef: nnx.GraphDef,
                    optimizer: optax.GradientTransformation) -> tuple[TrainState, dict]:
   """Next-token cross-entropy on the masked target positions (the answers)."""
+  loss_fn = functools.partial(sft_loss, tokens_BxL=tokens_BxL, loss_mask_BxL1=loss_mask_BxL1,
+                              graphdef=graphdef)
+  (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics["grad_norm"] = optax.tree.norm(grads)
+  return TrainState(state.step + 1, params, opt_state), metrics
 
-  def loss_fn(params):
-    logits = forward_logits(graphdef, params, tokens_BxL[:, :-1])
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    nll = -jnp.take_along_axis(logp, tokens_BxL[:, 1:, None], axis=-1)[..., 0]
-    denom = jnp.maximum(loss_mask_BxL1.sum(), 1.0)
-    loss = (nll * loss_mask_BxL1).sum() / denom
-    correct = (jnp.argmax(logits, -1) == tokens_BxL[:, 1:]) * loss_mask_BxL1
-    return loss, {"loss": loss, "token_accuracy": correct.sum() / denom}
 
+def lora_sft_train_step(state: TrainState, base: nnx.State, tokens_BxL: jax.Array,
+                        loss_mask_BxL1: jax.Array, *, graphdef: nnx.GraphDef,
+                        optimizer: optax.GradientTransformation,
+                        lora_cfg: LoraConfig) -> tuple[TrainState, dict]:
+  """``sft_train_step`` with ``state.params`` = the adapters over the frozen ``base``
+  (a plain argument: no gradient, no optimizer state)."""
+  loss_fn = lambda adapters: sft_loss(apply_lora(base, adapters, lora_cfg), tokens_BxL,
+                                      loss_mask_BxL1, graphdef=graphdef)
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)

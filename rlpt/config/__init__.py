@@ -25,7 +25,7 @@ from rlpt.config.engine import EngineConfig
 from rlpt.config.losses import LossConfig, ValueLossConfig
 from rlpt.config.model import LoraConfig, ModelConfig, RopeScaling
 from rlpt.config.plan import PlanConfig
-from rlpt.config.pretrain import PretrainConfig
+from rlpt.config.pretrain import PretrainConfig, WarmupConfig
 from rlpt.config.rl_sections import (
     BaseModelConfig,
     EnvConfig,
@@ -69,6 +69,7 @@ __all__ = [
     "RulesField",
     "ShardingConfig",
     "PretrainConfig",
+    "WarmupConfig",
     "BaseModelConfig",
     "CheckpointConfig",
     "CurriculumConfig",

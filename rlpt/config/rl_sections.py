@@ -228,6 +228,10 @@ class SpeculativeConfig:
                                head_dim=self.draft_head_dim, mlp_dim=self.draft_mlp_dim)
 
 
+# environments.verdicts.PROMPT_STYLES, repeated: the config imports no domain code.
+PROMPT_STYLES = ("bare", "instruct")
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvConfig:
   """How environment jobs run (rlpt.rollout.envs, rlpt.rollout.scheduler).
@@ -243,6 +247,11 @@ class EnvConfig:
     retried) and its thread replaced.
   backend: "local" (threads on this host) or "ray" (actors on a Ray cluster;
     ray_address "" starts a local one, ray_actors actors).
+  prompt_style: how the domains state their tasks (``gymnasium.make(id,
+    prompt_style=...)``): "bare" (the built-in bases' terse prompts and
+    answers) or "instruct" (the task in words with its answer format, for
+    imported chat models; its reset info's "demonstration" is an instruct
+    model's reply).
   """
 
   workers: int = 4
@@ -255,8 +264,11 @@ class EnvConfig:
   backend: str = "local"
   ray_address: str = ""
   ray_actors: int = 2
+  prompt_style: str = "bare"
 
   def __post_init__(self):
+    _require(self.prompt_style in PROMPT_STYLES,
+             f"env.prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}.")
     _require(self.workers > 0, f"env.workers must be > 0, got {self.workers}.")
     _require(self.sandbox_workers >= 0,
              f"env.sandbox_workers must be >= 0 (0 = env.workers), got {self.sandbox_workers}.")

@@ -60,7 +60,9 @@ class EnvPool(EnvironmentPool):
   the hung-job timeout, ageing). ``max_attempts`` > 1 gives every episode
   that many graded attempts (failed ones return feedback); ``max_turns``
   overrides the turn budget of tool-using domains (0 keeps each domain's
-  own); both go to ``gymnasium.make``. ``files``: domain description files
+  own); both go to ``gymnasium.make``, and so does ``cfg.prompt_style`` when
+  it is not "bare" (a domain that offers no instruct style raises here,
+  naming it). ``files``: domain description files
   to register first. A subclass may wrap a domain's environments by
   overriding ``make_env`` (the benchmarks inject slow environments so).
   """
@@ -82,6 +84,11 @@ class EnvPool(EnvironmentPool):
     for d in domains:
       spec = registry.get(d)
       kw = {"max_attempts": max_attempts} if max_attempts != 1 else {}
+      if cfg.prompt_style != "bare":
+        if cfg.prompt_style not in spec.prompt_styles:
+          raise ValueError(f"env.prompt_style is {cfg.prompt_style!r} but domain '{d}' offers "
+                           f"only {spec.prompt_styles}; leave it out or use prompt_style 'bare'.")
+        kw["prompt_style"] = cfg.prompt_style
       if max_turns and spec.max_turns is not None:
         kw["max_turns"] = max_turns
       self._kwargs[d] = kw

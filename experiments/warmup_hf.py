@@ -1,0 +1,58 @@
+"""Supervised warm-up of an imported chat model on instruct demonstrations, before RL.
+
+The model sees each domain's task in words (env prompt_style "instruct") in its
+own chat template and learns the demonstrated reply and its end-of-turn token:
+the ids an RL run with ``env.prompt_style="instruct"`` will show it and sample.
+The result, ``WORKDIR/model``, is a Hugging Face checkpoint (the base's
+tokenizer and template included) that RL starts from with
+``--config.base.hf_checkpoint=WORKDIR/model``.
+
+    python -m launch.warmup --config=experiments/warmup_hf.py:smollm2-135m-instruct --workdir=runs/warmup_smollm2
+    python -m launch.warmup --config=experiments/warmup_hf.py:smollm2-135m-instruct,lora --workdir=runs/warmup_lora
+    python -m launch.warmup --config=experiments/warmup_hf.py:smoke --workdir=/tmp/warmup
+
+``smoke``: the tiny Hugging Face fixture (rlpt.models.hf_fixtures, written
+where grpo_hf_import.py:smoke writes it on first use, no download), 4 steps. ``,lora``: rank-8
+adapters, merged into the saved weights.
+"""
+
+import ml_collections
+
+from experiments.grpo_hf_import import SMOKE_CHECKPOINT
+from rlpt.config import WarmupConfig, default_config_dict
+
+RUNNER = "warmup"
+
+# Short-answer domains whose instruct demonstrations fit 256 tokens.
+DOMAINS = ("rlpt/math-mul-easy-v0", "rlpt/math-add-easy-v0")
+MODELS = ("smoke", "smollm2-135m-instruct")
+
+
+def get_config(arg: str = "smollm2-135m-instruct") -> ml_collections.ConfigDict:
+  model, *flags = arg.split(",")
+  if model not in MODELS or any(f != "lora" for f in flags):
+    raise ValueError(f"warmup_hf argument {arg!r}: expected one of {list(MODELS)}, "
+                     "optionally followed by ',lora'.")
+  c = default_config_dict(WarmupConfig)
+  c.seed = 0
+  c.domains.ids = list(DOMAINS)
+  c.prompt_style = "instruct"
+  c.max_len = 256
+  if model == "smoke":
+    from rlpt.models.hf_fixtures import ensure_tiny_llama
+    c.base.hf_checkpoint = ensure_tiny_llama(SMOKE_CHECKPOINT)
+    c.steps = 4
+    c.batch_size = 4
+    c.max_len = 384  # the byte-level fixture spends one id per character
+    c.optim.update(learning_rate=3e-3, warmup_steps=0, decay="constant")
+    c.log_every = 1
+  else:
+    c.base.model = model
+    c.steps = 60
+    c.batch_size = 8
+    c.optim.update(learning_rate=2e-5, warmup_steps=5, decay="cosine")
+    c.log_every = 5
+  if flags:
+    c.lora.update(rank=8, alpha=16.0)
+    c.optim.learning_rate *= 10  # adapters take a larger rate
+  return c
