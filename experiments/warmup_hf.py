@@ -42,7 +42,7 @@ def get_config(arg: str = "smollm2-135m-instruct") -> ml_collections.ConfigDict:
     from rlpt.models.hf_fixtures import ensure_tiny_llama
     c.base.hf_checkpoint = ensure_tiny_llama(SMOKE_CHECKPOINT)
     c.steps = 4
-    c.batch_size = 4
+    c.batch_size = 8  # a multiple of the 8 emulated devices of the tests
     c.max_len = 384  # the byte-level fixture spends one id per character
     c.optim.update(learning_rate=3e-3, warmup_steps=0, decay="constant")
     c.log_every = 1

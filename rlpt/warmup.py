@@ -22,8 +22,8 @@ import numpy as np
 
 from rlpt.config import EnvConfig, WarmupConfig, to_json
 from rlpt.data import TaskSampler
-from rlpt.device import (MAX_PROGRAMS, ProgramPool, batch_sharding, jit_step, place_params,
-                         place_train_state)
+from rlpt.device import (MAX_PROGRAMS, ProgramPool, batch_sharding, check_batch, jit_step,
+                         place_params, place_train_state)
 from rlpt.keys import init_key, seeded_rng
 from rlpt.metrics import MetricsWriter, progress_bar
 from rlpt.models.hf import save_hf_checkpoint
@@ -58,6 +58,7 @@ def warmup(cfg: WarmupConfig, workdir: str, progress: bool = True,
   cfg.check_base()
   fmt = warmup_format(cfg)
   mesh, rules = make_mesh({"data": -1}), DEFAULT_RULES
+  check_batch(cfg.batch_size, mesh, rules, "batch_size")
   model_cfg, graphdef, params, base_path = resolve_base(cfg.base, progress, mesh, rules)
   if model_cfg.vocab_size < fmt.tokenizer.vocab_size:
     raise ValueError(f"the base's vocab_size {model_cfg.vocab_size} is smaller than its "

@@ -55,6 +55,15 @@ def test_smoke_run(name, tmp_path, monkeypatch):
     rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
     assert rows[-1]["step"] == cfg.steps and rows[-1]["loss"] < rows[0]["loss"]
     return
+  if module.RUNNER == "warmup":
+    from rlpt.config import WarmupConfig
+    from rlpt.warmup import warmup
+    cfg = from_config_dict(WarmupConfig, cd)
+    path = warmup(cfg, str(tmp_path), progress=False)
+    assert os.path.exists(os.path.join(path, "model.safetensors"))
+    rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+    assert rows[-1]["step"] == cfg.steps and rows[-1]["loss"] < rows[0]["loss"]
+    return
   if module.RUNNER == "plan":
     from launch.plan import plan
     from rlpt.config import PlanConfig
@@ -63,7 +72,7 @@ def test_smoke_run(name, tmp_path, monkeypatch):
     assert "| **peak**" in result.table()
     return
   assert module.RUNNER == "train", (
-      f"experiments/{name}.py: RUNNER must be 'train', 'pretrain' or 'plan'")
+      f"experiments/{name}.py: RUNNER must be 'train', 'pretrain', 'warmup' or 'plan'")
   cd.base.cache_dir = base_cache_dir()
   cd.progress = False
   cfg = from_config_dict(TrainConfig, cd)
