@@ -50,8 +50,8 @@ import re
 from typing import Any, Callable, Hashable
 
 __all__ = [
-    "AnswerLine", "FinalAnswer", "Fenced", "alternatives", "braced", "final_answer", "final_block", "final_json",
-    "last_boxed", "plain", "several", "several_feedback",
+    "AnswerLine", "FinalAnswer", "Fenced", "alternatives", "boxes", "braced", "clean", "final_answer", "final_block",
+    "final_json", "last_boxed", "one_value", "plain", "several", "several_feedback",
 ]
 
 # A final answer statement: Minerva's "Final Answer: The final answer is ...",
