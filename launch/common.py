@@ -123,9 +123,12 @@ def check_domains(cfg) -> None:
   a mistake is a usage error."""
   from rlpt.config import ConfigError
   from rlpt.rollout.domains import check_domains as check
-  rollout = getattr(cfg, "rollout", None)
+  rollout, base = getattr(cfg, "rollout", None), getattr(cfg, "base", None)
+  byte_base = base is None or not (getattr(base, "hf_checkpoint", "") or getattr(base, "model", ""))
+  env = getattr(cfg, "env", None)
+  style = getattr(env, "prompt_style", None) or getattr(cfg, "prompt_style", "bare")
   try:
-    check(cfg.domains, rollout.max_prompt_len if rollout is not None else None)
+    check(cfg.domains, rollout.max_prompt_len if rollout is not None and byte_base else None, style)
   except ConfigError as e:
     usage_error(f"invalid config: {e}")
 

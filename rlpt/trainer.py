@@ -57,7 +57,10 @@ class Trainer:
     the trainer closes it)."""
     self.cfg, self.workdir = cfg, workdir
     ro = cfg.rollout
-    check_domains(cfg.domains, ro.max_prompt_len)  # before anything is written or compiled
+    # Before anything is written or compiled; prompt lengths in characters
+    # bound tokens only for the built-in byte-level bases.
+    byte_base = not (cfg.base.hf_checkpoint or cfg.base.model)
+    check_domains(cfg.domains, ro.max_prompt_len if byte_base else None, cfg.env.prompt_style)
     if is_primary():
       os.makedirs(workdir, exist_ok=True)
       with open(os.path.join(workdir, "config.json"), "w") as f:

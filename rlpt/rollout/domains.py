@@ -29,11 +29,13 @@ def register_domain_files(files: Sequence[str]) -> tuple[str, ...]:
   return tuple(out)
 
 
-def check_domains(domains, max_prompt_len: int | None = None) -> None:
+def check_domains(domains, max_prompt_len: int | None = None, prompt_style: str = "bare") -> None:
   """Registers ``domains.files`` (a `DomainsConfig`), then checks that every id
-  in ``domains.ids`` is registered and, given ``max_prompt_len`` (tokens,
-  BOS included, of the byte tokenizer), that its prompts fit. Every problem is
-  a ConfigError naming the config key and the value; nothing is started."""
+  in ``domains.ids`` is registered, offers ``prompt_style`` and, given
+  ``max_prompt_len`` (tokens, BOS included, of the byte tokenizer: a
+  character is a token), that its prompts in that style fit. Every problem is
+  a ConfigError naming the config key and the value; nothing is started. (A
+  base with a tokenizer of its own is checked when each prompt is encoded.)"""
   try:
     register_domain_files(domains.files)
   except ValueError as e:
@@ -44,7 +46,11 @@ def check_domains(domains, max_prompt_len: int | None = None) -> None:
       raise ConfigError(f"config.domains.ids[{i}] is {d!r}, which is not a registered domain"
                         f"{registry.close_matches_hint(d)}; `python -m environments` lists them all.")
     spec = registry.get(d)
-    if max_prompt_len is not None and spec.max_prompt_chars + 1 > max_prompt_len:
-      raise ConfigError(f"config.domains.ids[{i}] ({d!r}) has prompts up to {spec.max_prompt_chars} "
+    try:
+      max_chars, _ = spec.bounds(prompt_style)
+    except ValueError as e:
+      raise ConfigError(f"config.domains.ids[{i}]: {e} (config.env.prompt_style)") from None
+    if max_prompt_len is not None and max_chars + 1 > max_prompt_len:
+      raise ConfigError(f"config.domains.ids[{i}] ({d!r}) has {prompt_style} prompts up to {max_chars} "
                         f"chars; config.rollout.max_prompt_len={max_prompt_len} must be at least "
-                        f"{spec.max_prompt_chars + 1} (BOS included).")
+                        f"{max_chars + 1} (BOS included).")
