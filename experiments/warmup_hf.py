@@ -14,6 +14,14 @@ tokenizer and template included) that RL starts from with
 ``smoke``: the tiny Hugging Face fixture (rlpt.models.hf_fixtures, written
 where grpo_hf_import.py:smoke writes it on first use, no download), 4 steps. ``,lora``: rank-8
 adapters, merged into the saved weights.
+
+Measured (2 shared CPU cores, full fine-tuning, ``--config.steps=40``: 5.5
+minutes; demonstration loss 1.00 -> 0.05, token accuracy 0.79 -> 0.97):
+held-out greedy success on 16 eval tasks per domain (instruct prompts in
+SmolLM2's template, 48 new tokens, rlpt.trainer.Trainer.evaluate at step 0)
+went from 1/16 to 9/16 on rlpt/math-mul-easy-v0 and from 2/16 to 10/16 on
+rlpt/math-add-easy-v0: the model learns to end on the "Answer: <n>" line the
+verifier reads (before, it mostly wrote "The answer is 4.").
 """
 
 import ml_collections
