@@ -53,6 +53,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.base.hf_checkpoint = ensure_tiny_llama(SMOKE_CHECKPOINT)
   elif arg in GGUF_MODELS or arg.endswith(".gguf"):
     c.base.model = arg  # a GGUF file, by name or path (rlpt.models.gguf)
+    # Tasks stated in words with their answer format (environments' instruct
+    # style: up to 320 characters, about 100 of these tokenizers' tokens with
+    # the template's), answered with some reasoning before the final line.
+    c.env.prompt_style = "instruct"
+    c.rollout.update(max_prompt_len=192, max_new_tokens=64)
   elif arg:
     if not os.path.exists(os.path.join(arg, "config.json")):
       raise ValueError(f"grpo_hf_import expects 'smoke', a model name ({', '.join(sorted(GGUF_MODELS))}), a .gguf "
