@@ -53,11 +53,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.base.hf_checkpoint = ensure_tiny_llama(SMOKE_CHECKPOINT)
   elif arg in GGUF_MODELS or arg.endswith(".gguf"):
     c.base.model = arg  # a GGUF file, by name or path (rlpt.models.gguf)
-    # Tasks stated in words with their answer format (environments' instruct
-    # style: up to 320 characters, about 100 of these tokenizers' tokens with
-    # the template's), answered with some reasoning before the final line.
-    c.env.prompt_style = "instruct"
-    c.rollout.update(max_prompt_len=192, max_new_tokens=64)
   elif arg:
     if not os.path.exists(os.path.join(arg, "config.json")):
       raise ValueError(f"grpo_hf_import expects 'smoke', a model name ({', '.join(sorted(GGUF_MODELS))}), a .gguf "
@@ -67,4 +62,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     raise ValueError("grpo_hf_import needs an argument: a checkpoint directory "
                      "(experiments/grpo_hf_import.py:/path/to/model), a model name "
                      f"({', '.join(sorted(GGUF_MODELS))}), a .gguf file or 'smoke'.")
+  if arg != "smoke":
+    # A real model is told its task in words with the answer format
+    # (environments' instruct style: up to 320 characters, about 100 of these
+    # tokenizers' tokens with the template's) and reasons before its final line.
+    c.env.prompt_style = "instruct"
+    c.rollout.update(max_prompt_len=192, max_new_tokens=64)
   return c
