@@ -98,6 +98,32 @@ def demonstration_batch(pool: EnvPool, tasks, fmt: PromptFormat, max_len: int, b
   return tokens, mask
 
 
+def supervised_steps(state, step_fn, next_batch, steps: int, log_every: int, workdir: str, kind: str,
+                     progress: bool, log_first: bool = False):
+  """Runs ``steps`` supervised steps, ``step_fn(state, *next_batch())``, and
+  returns the state; the step's metrics (loss, token_accuracy) go to
+  ``workdir/metrics.jsonl`` as ``kind`` every ``log_every`` steps and at the
+  last (and the first, with ``log_first``). The one loop of pre-training and
+  of an imported model's warm-up (rlpt.warmup)."""
+  writer = MetricsWriter(workdir)
+  bar = progress_bar(steps, kind, progress)
+  try:
+    for step in range(1, steps + 1):
+      state, metrics = step_fn(state, *next_batch())
+      if step % log_every == 0 or step == steps or (log_first and step == 1):
+        metrics = jax.device_get(metrics)
+        writer.write(step, kind, metrics)
+        if bar is not None:
+          bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['token_accuracy']:.3f}")
+      if bar is not None:
+        bar.update(1)
+  finally:
+    if bar is not None:
+      bar.close()
+    writer.close()
+  return state
+
+
 def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
              max_programs: int = MAX_PROGRAMS) -> str:
   """Trains a base model and saves it to ``workdir/model``. Returns that path.
@@ -119,26 +145,14 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
   pool = EnvPool(cfg.domains.ids, EnvConfig(workers=2), files=cfg.domains.files)
   sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights, seed=seeded_rng("pretrain_tasks", cfg.seed))
   noise_rng = seeded_rng("pretrain_noise", cfg.seed)
-  writer = MetricsWriter(workdir)
-  bar = progress_bar(cfg.steps, "pretrain", progress)
   t0 = time.time()
   try:
-    for step in range(1, cfg.steps + 1):
-      tokens, mask = demonstration_batch(pool, sampler.sample(cfg.batch_size), fmt,
-                                         cfg.max_len, noise=cfg.demo_noise, rng=noise_rng)
-      state, metrics = step_fn(state, tokens, mask)
-      if step % cfg.log_every == 0 or step == cfg.steps:
-        metrics = jax.device_get(metrics)
-        writer.write(step, "pretrain", metrics)
-        if bar is not None:
-          bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['token_accuracy']:.3f}")
-      if bar is not None:
-        bar.update(1)
+    state = supervised_steps(
+        state, step_fn, lambda: demonstration_batch(pool, sampler.sample(cfg.batch_size), fmt, cfg.max_len,
+                                                    noise=cfg.demo_noise, rng=noise_rng),
+        cfg.steps, cfg.log_every, workdir, "pretrain", progress)
   finally:
-    if bar is not None:
-      bar.close()
     pool.close()
-    writer.close()
   path = os.path.join(workdir, "model")
   save_model(path, jax.device_get(state.params), cfg.model,
              {"pretrain_config": json.loads(to_json(cfg)), "seconds": time.time() - t0})

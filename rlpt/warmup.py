@@ -25,10 +25,9 @@ from rlpt.data import TaskSampler
 from rlpt.device import (MAX_PROGRAMS, ProgramPool, batch_sharding, check_batch, jit_step,
                          place_params, place_train_state)
 from rlpt.keys import init_key, seeded_rng
-from rlpt.metrics import MetricsWriter, progress_bar
 from rlpt.models.hf import save_hf_checkpoint
 from rlpt.models.lora import init_lora, merge_lora
-from rlpt.pretrain import demonstration_batch, resolve_base, resolve_tokenizer
+from rlpt.pretrain import demonstration_batch, resolve_base, resolve_tokenizer, supervised_steps
 from rlpt.rollout import EnvPool
 from rlpt.sharding import DEFAULT_RULES, make_mesh, state_shardings
 from rlpt.steps import lora_sft_train_step, make_optimizer, sft_loss, sft_train_step
@@ -82,25 +81,13 @@ def warmup(cfg: WarmupConfig, workdir: str, progress: bool = True,
   pool = warmup_pool(cfg)
   sampler = TaskSampler(cfg.domains.ids, cfg.domains.weights,
                         seed=seeded_rng("pretrain_tasks", cfg.seed))
-  writer = MetricsWriter(workdir)
-  bar = progress_bar(cfg.steps, "warmup", progress)
   t0 = time.time()
   try:
-    for step in range(1, cfg.steps + 1):
-      tokens, mask = demonstration_batch(pool, sampler.sample(cfg.batch_size), fmt, cfg.max_len)
-      state, metrics = step_fn(state, tokens, mask)
-      if step % cfg.log_every == 0 or step == cfg.steps or step == 1:
-        metrics = jax.device_get(metrics)
-        writer.write(step, "warmup", metrics)
-        if bar is not None:
-          bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['token_accuracy']:.3f}")
-      if bar is not None:
-        bar.update(1)
+    state = supervised_steps(state, step_fn,
+                             lambda: demonstration_batch(pool, sampler.sample(cfg.batch_size), fmt, cfg.max_len),
+                             cfg.steps, cfg.log_every, workdir, "warmup", progress, log_first=True)
   finally:
-    if bar is not None:
-      bar.close()
     pool.close()
-    writer.close()
   trained = state.params if lora_cfg is None else merge_lora(base, state.params, lora_cfg)
   path = os.path.join(workdir, "model")
   tokenizer_from = cfg.base.hf_checkpoint or None

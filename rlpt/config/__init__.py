@@ -29,7 +29,6 @@ from rlpt.config.pretrain import PretrainConfig, WarmupConfig
 from rlpt.config.rl_sections import (
     BaseModelConfig,
     EnvConfig,
-    LoraSection,
     RLConfig,
     RolloutConfig,
     SpeculativeConfig,
@@ -45,6 +44,7 @@ from rlpt.config.schema import (
 )
 from rlpt.config.sections import (
     DomainsConfig,
+    LoraSection,
     MeshConfig,
     OptimConfig,
     RulesField,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from rlpt.config.schema import _require
-from rlpt.config.sections import DomainsConfig, OptimConfig
+from rlpt.config.sections import DomainsConfig, LoraSection, OptimConfig
 from rlpt.config.model import ModelConfig
-from rlpt.config.rl_sections import CHAT_TEMPLATES, PROMPT_STYLES, BaseModelConfig, LoraSection
+from rlpt.config.rl_sections import CHAT_TEMPLATES, PROMPT_STYLES, BaseModelConfig
 
 
 @dataclasses.dataclass(frozen=True)

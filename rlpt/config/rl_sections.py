@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from rlpt.config.schema import ConfigError, _require
+from rlpt.config.schema import _require
 from rlpt.config.sections import OptimConfig
-from rlpt.config.model import ATTENTION_IMPLS, LoraConfig, ModelConfig
+from rlpt.config.model import ATTENTION_IMPLS, ModelConfig
 
 
 # rollout.decode_kernel's choices (rlpt.models.decode_kernel implements them).
@@ -384,27 +384,3 @@ class ValueConfig:
   def __post_init__(self):
     _require(self.value_clip >= 0, f"value.value_clip must be >= 0 (0 = no clipping), got "
              f"{self.value_clip}.")
-
-
-@dataclasses.dataclass(frozen=True)
-class LoraSection:
-  """LoRA fine-tuning of the policy; rank 0 trains every weight.
-
-  With rank > 0 the trainable state is the adapters alone; the frozen base is
-  the reference policy too, so LoRA costs no extra weights for the KL term.
-  """
-
-  rank: int = 0
-  alpha: float = 16.0
-  targets: tuple[str, ...] = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
-
-  def __post_init__(self):
-    _require(self.rank >= 0, f"lora.rank must be >= 0 (0 = full fine-tuning), got {self.rank}.")
-    if self.rank:
-      self.lora_config()
-
-  def lora_config(self):
-    try:
-      return LoraConfig(rank=self.rank, alpha=self.alpha, targets=self.targets)
-    except ValueError as e:
-      raise ConfigError(str(e)) from e

@@ -1,9 +1,10 @@
-"""Sections shared by experiments: the optimizer, the mesh, the sharding rules and the domains."""
+"""Sections shared by experiments: the optimizer, the mesh, the sharding rules, the domains and LoRA."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from rlpt.config.model import LoraConfig
 from rlpt.config.schema import ConfigError, _require
 from rlpt.config.rules import DEFAULT_RULES, SAMPLE_RULES, check_rules
 
@@ -105,3 +106,27 @@ class DomainsConfig:
                f"domains.weights has {len(self.weights)} entries for {len(self.ids)} domains.")
       _require(all(w >= 0 for w in self.weights) and sum(self.weights) > 0,
                f"domains.weights must be >= 0 with a positive sum, got {self.weights}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSection:
+  """LoRA fine-tuning of the policy; rank 0 trains every weight.
+
+  With rank > 0 the trainable state is the adapters alone; the frozen base is
+  the reference policy too, so LoRA costs no extra weights for the KL term.
+  """
+
+  rank: int = 0
+  alpha: float = 16.0
+  targets: tuple[str, ...] = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+  def __post_init__(self):
+    _require(self.rank >= 0, f"lora.rank must be >= 0 (0 = full fine-tuning), got {self.rank}.")
+    if self.rank:
+      self.lora_config()
+
+  def lora_config(self):
+    try:
+      return LoraConfig(rank=self.rank, alpha=self.alpha, targets=self.targets)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e

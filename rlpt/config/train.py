@@ -7,7 +7,6 @@ import dataclasses
 from rlpt.config.rl_sections import (
     BaseModelConfig,
     EnvConfig,
-    LoraSection,
     RLConfig,
     RolloutConfig,
     SpeculativeConfig,
@@ -16,7 +15,7 @@ from rlpt.config.rl_sections import (
 from rlpt.config.engine import EngineConfig
 from rlpt.config.run_sections import CheckpointConfig, CurriculumConfig, EvalConfig
 from rlpt.config.schema import ConfigError, _require
-from rlpt.config.sections import DomainsConfig, MeshConfig, OptimConfig, ShardingConfig
+from rlpt.config.sections import DomainsConfig, LoraSection, MeshConfig, OptimConfig, ShardingConfig
 from rlpt.config.losses import LossConfig, ValueLossConfig
 from rlpt.registry import (ADVANTAGE_ESTIMATORS, CONFIG_CHECKS, is_group_baseline, lookup,
                            needs_value_model)
