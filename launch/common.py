@@ -177,6 +177,27 @@ def max_programs() -> int:
   return default if MAX_PROGRAMS.value is None else MAX_PROGRAMS.value
 
 
+def run_model_job(argv: Sequence[str], config_cls: str, entry: str, config_dict, workdir: str) -> None:
+  """main() of a launcher that trains a model from one config and saves it
+  (launch.pretrain, launch.warmup): ``entry`` ("module:function", imported
+  after the CPU threads are pinned) runs on the typed ``config_cls`` of
+  rlpt.config and returns the saved model's path."""
+  if len(argv) > 1:
+    usage_error(f"unexpected arguments {list(argv[1:])}; every setting is a --flag or --config.<key>=<value>")
+  quiet_libraries()
+  pin_cpu_threads()
+  use_compilation_cache()
+  import importlib
+
+  import rlpt.config
+  module, function = entry.split(":")
+  run = getattr(importlib.import_module(module), function)
+  cfg = typed_config(getattr(rlpt.config, config_cls), config_dict)
+  check_domains(cfg)
+  check_workdir(workdir)
+  print(f"Saved {run(cfg, workdir, max_programs=max_programs())}")
+
+
 def typed_config(cls, config_dict):
   """ConfigDict -> frozen dataclass; a user mistake exits with one clear line."""
   from rlpt.config import ConfigError, from_config_dict

@@ -15,17 +15,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-  if len(argv) > 1:
-    common.usage_error(f"unexpected arguments {argv[1:]}; every setting is a --flag or --config.<key>=<value>")
-  common.quiet_libraries()
-  common.pin_cpu_threads()
-  common.use_compilation_cache()
-  from rlpt.config import PretrainConfig
-  from rlpt.pretrain import pretrain
-  cfg = common.typed_config(PretrainConfig, _CONFIG.value)
-  common.check_domains(cfg)
-  common.check_workdir(_WORKDIR.value)
-  print(f"Saved {pretrain(cfg, _WORKDIR.value, max_programs=common.max_programs())}")
+  common.run_model_job(argv, "PretrainConfig", "rlpt.pretrain:pretrain", _CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":

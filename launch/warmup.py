@@ -15,17 +15,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-  if len(argv) > 1:
-    common.usage_error(f"unexpected arguments {argv[1:]}; every setting is a --flag or --config.<key>=<value>")
-  common.quiet_libraries()
-  common.pin_cpu_threads()
-  common.use_compilation_cache()
-  from rlpt.config import WarmupConfig
-  from rlpt.warmup import warmup
-  cfg = common.typed_config(WarmupConfig, _CONFIG.value)
-  common.check_domains(cfg)
-  common.check_workdir(_WORKDIR.value)
-  print(f"Saved {warmup(cfg, _WORKDIR.value, max_programs=common.max_programs())}")
+  common.run_model_job(argv, "WarmupConfig", "rlpt.warmup:warmup", _CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":
