@@ -70,7 +70,8 @@ class Evaluator:
   def run(self, play: Play, step: int, domains: Sequence[str] | None = None) -> dict:
     """``success/<domain>`` decodes with ``eval.temperature`` (0 = greedy);
     with ``eval.sampled`` also ``sampled_success/<domain>``: pass@1 of the
-    policy as trained, sampling with the rollout's temperature / top-k / top-p.
+    policy as trained, sampling with the rollout's temperature / top-k / top-p,
+    averaged over ``eval.samples`` plays of each task.
     Each has a ``/mean`` over the evaluated domains and, per family
     (``domain_family``), ``family_success/<f>`` / ``family_sampled_success/<f>``
     over its evaluated domains; samples the environments could not grade
@@ -86,9 +87,12 @@ class Evaluator:
     tasks = [t for t in self.tasks if t.domain in chosen]
     out = self._success(play, step, "success", self.greedy, 0, domains, tasks)
     if self.cfg.sampled:
-      out.update(self._success(play, step, "sampled_success", self.sampled, 1, domains, tasks))
+      repeated = [t for t in tasks for _ in range(self.cfg.samples)]
+      out.update(self._success(play, step, "sampled_success", self.sampled, 1, domains, repeated))
     out["eval/domains"] = float(len(domains))
     out["eval/tasks"] = float(len(tasks))
+    if self.cfg.sampled:
+      out["eval/sampled_episodes"] = float(len(tasks) * self.cfg.samples)
     return out
 
   def answers(self, play: Play, tasks: Sequence[Task], step: int, sampled: bool = False) -> list[dict]:

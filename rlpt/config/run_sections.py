@@ -38,6 +38,9 @@ class EvalConfig:
   tasks_per_domain: int = 64
   temperature: float = 0.0
   sampled: bool = True
+  # Plays of each task in the sampled measure, averaged: its pass@1 over
+  # tasks_per_domain x samples episodes (a smaller spread at the same tasks).
+  samples: int = 1
   # Draws the held-out tasks: fixed, so runs of every training seed are
   # measured on the same tasks (1: the set seed 0 has always drawn).
   seed: int = 1
@@ -54,6 +57,7 @@ class EvalConfig:
     _require(self.tasks_per_domain > 0,
              f"eval.tasks_per_domain must be > 0, got {self.tasks_per_domain}.")
     _require(self.temperature >= 0, f"eval.temperature must be >= 0, got {self.temperature}.")
+    _require(self.samples > 0, f"eval.samples must be > 0, got {self.samples}.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,3 +138,44 @@ def test_the_held_out_set_is_the_same_for_every_training_seed():
   assert tasks(0) == tasks(1) == tasks(7)
   assert tasks(0) != tasks(0, eval_seed=2)
   assert {split for _, _, split in tasks(0)} == {"eval"}
+
+
+class RecordTasks(Script):
+  """A ``play`` that also records the tasks of each call."""
+
+  def __init__(self):
+    super().__init__()
+    self.tasks = []
+
+  def __call__(self, tasks, sampling, key):
+    self.tasks.append([(t.domain, t.seed) for t in tasks])
+    return super().__call__(tasks, sampling, key)
+
+
+def test_samples_play_each_task_k_times_in_the_sampled_measure_only():
+  k = 3
+  ev = Evaluator(EvalConfig(every=10, tasks_per_domain=5, samples=k), DOMAINS, seed=3,
+                 batch_size=4, modes=(GREEDY, SAMPLED), prompt_format=PromptFormat(ByteTokenizer()))
+  play = RecordTasks()
+  out = ev.run(play, step=0)
+  greedy_calls = [c for c in play.calls if c[1] == GREEDY]
+  sampled_calls = [c for c in play.calls if c[1] == SAMPLED]
+  assert len(greedy_calls) == 3  # 10 tasks, chunks of 4: greedy plays each once
+  assert len(sampled_calls) == 8  # 30 plays, chunks of 4 (the last padded)
+  played = [t for call in play.tasks[3:] for t in call][:10 * k]
+  expected = [(t.domain, t.seed) for t in ev.tasks for _ in range(k)]
+  assert played == expected
+  # Every sampled chunk has its own key, so the k plays of a task are k draws.
+  keys = [c[2] for c in sampled_calls]
+  assert len({str(x) for x in keys}) == len(keys)
+  # The scripted verdict is a function of the task: the mean equals the greedy
+  # one, and masked plays count k times.
+  for d in DOMAINS:
+    np.testing.assert_allclose(out[f"sampled_success/{d}"], out[f"success/{d}"])
+    assert out[f"sampled_success_masked/{d}"] == k * out[f"success_masked/{d}"]
+  assert out["eval/tasks"] == 10 and out["eval/sampled_episodes"] == 10 * k
+
+
+def test_samples_must_be_positive():
+  with pytest.raises(ValueError, match="eval.samples must be > 0, got 0"):
+    EvalConfig(samples=0)

@@ -1,0 +1,218 @@
+"""Where RL has signal: held-out success of an imported model on many domains,
+greedy and sampled, with the domains whose sampled success lies in 5-90% marked.
+
+    python benchmarks/rl_signal.py --model=smollm2-135m-instruct --out=runs/signal/smollm2_base.json
+    python benchmarks/rl_signal.py --model=runs/warmup_smollm2/model --out=runs/signal/smollm2_warm.json
+    python benchmarks/rl_signal.py --compare=runs/signal/smollm2_base.json,runs/signal/smollm2_warm.json
+
+GRPO learns from a group only when its samples disagree: a domain the policy
+always fails (or always solves) gives every sample the same advantage, 0. The
+sampled pass@1 p of a domain says how often a group of G has signal
+(1 - p^G - (1-p)^G); 5-90% is where a group of 8 disagrees at least a third
+of the time, and ``*`` marks it.
+
+``--model``: a model name (``smollm2-135m-instruct``, ``gemma3-270m``), a .gguf
+file or a Hugging Face directory (a warm-up's ``WORKDIR/model``), laid out as
+experiments/grpo_hf_import.py lays it out (instruct prompts in the model's
+chat template, or plain text for a base model without one). Each domain is
+measured on the held-out tasks every run evaluates (``eval.seed``):
+``--tasks`` of them, once greedy and ``--samples`` times sampled at the
+rollout's temperature (1.0). Domains are grouped by the token budget their
+prompts and demonstrations need (`budget`), one compiled shape per group, so
+short-answer domains do not pay for CAD's scripts. ``--groups`` picks among
+GROUPS; ``--domains`` lists ids instead. The JSON written to ``--out`` holds
+every domain's counts, the budgets and the seconds each group took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from experiments.domains import DEFAULT, MIXED_BUILTIN, MIXED_DATASETS, MIXED_REAL  # noqa: E402
+
+# The default and mixed jobs' domains (the mixed job's reasoning-gym
+# generators unbounded: instruct prompts have their own bounds), reasoning-gym's
+# arithmetic and GSM-style generators, HumanEval-style and generated code
+# graded by hidden tests, and the mission's full rungs: build123d parts and an
+# assembly, PDF financial reports, a shell task graded on its workspace.
+GROUPS = {
+    "default": DEFAULT,
+    "mixed": tuple(d for d in MIXED_BUILTIN + MIXED_DATASETS if d not in DEFAULT) + (
+        "rlpt/rg-basic-arithmetic-easy-v0", "rlpt/rg-chain-sum-easy-v0", "rlpt/rg-products-easy-v0",
+        "rlpt/rg-spell-backward-easy-v0", "rlpt/rg-count-bits-easy-v0") + MIXED_REAL,
+    "arithmetic": ("rlpt/math-add-easy-v0", "rlpt/rg-basic-arithmetic-medium-v0",
+                   "rlpt/rg-decimal-arithmetic-easy-v0", "rlpt/rg-gsm-symbolic-medium-v0"),
+    "code": ("rlpt/code-quadratic-medium-v0", "rlpt/code-humaneval-hard-v0"),
+    "mission": ("rlpt/cad-plate-easy-v0", "rlpt/cad-bracket-medium-v0", "rlpt/cad-assembly-pin-medium-v0",
+                "rlpt/finance-report-cell-easy-v0", "rlpt/finance-report-compute-easy-v0",
+                "rlpt/terminal-grep-medium-v0"),
+}
+LOW, HIGH = 0.05, 0.90
+PROMPT_LADDER = (128, 192, 256, 384, 640, 1024)
+ANSWER_LADDER = (64, 128, 256, 512)
+
+
+def has_signal(p: float) -> bool:
+  return LOW <= p <= HIGH
+
+
+def _rung(ladder, need: int, what: str, domain: str) -> int:
+  for x in ladder:
+    if x >= need:
+      return x
+  raise ValueError(f"{domain} needs {need} {what} tokens; the longest rung is {ladder[-1]}.")
+
+
+def budget(fmt, pool, tasks) -> tuple[int, int]:
+  """(prompt tokens, new tokens) for a domain's held-out ``tasks``: the
+  longest templated prompt, and room for 1.5x the longest demonstration (an
+  instruct model says more than the demonstration), each rounded up to a
+  rung of its ladder."""
+  prompts = pool.reset(tasks)
+  domain = tasks[0].domain
+  prompt = max(len(fmt.prompt_ids(p.text)) for p in prompts)
+  demo = max(len(fmt.tokenizer.encode(p.info["demonstration"])) for p in prompts)
+  return (_rung(PROMPT_LADDER, prompt, "prompt", domain),
+          _rung(ANSWER_LADDER, math.ceil(1.5 * demo) + 8, "answer", domain))
+
+
+def _config(model: str, domains, prompt_len: int, new_tokens: int, tasks: int, samples: int,
+            batch: int, seed: int):
+  from experiments import grpo_hf_import
+  c = grpo_hf_import.get_config(model)
+  c.seed = seed
+  c.domains.ids = list(domains)
+  c.rollout.update(batch_size=batch, max_prompt_len=prompt_len, max_new_tokens=new_tokens)
+  c.eval.update(tasks_per_domain=tasks, samples=samples, sampled=True)
+  c.checkpoint.every = 0
+  c.progress = False
+  return c
+
+
+def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int = 0) -> dict:
+  """Every domain's greedy and sampled counts (see the module docstring)."""
+  from rlpt.config import TrainConfig, from_config_dict
+  from rlpt.data import eval_tasks
+  from rlpt.pretrain import resolve_tokenizer
+  from rlpt.rollout.envs import EnvPool
+  from rlpt.config import EnvConfig
+  from rlpt.tokenizers.prompts import prompt_format
+  from rlpt.trainer import Trainer
+
+  probe = from_config_dict(TrainConfig, _config(model, domains, 128, 64, tasks, samples, batch, seed))
+  fmt = prompt_format(resolve_tokenizer(probe.base), probe.rollout.chat_template, probe.rollout.system_prompt)
+  pool = EnvPool(tuple(domains), EnvConfig(workers=2, prompt_style=probe.env.prompt_style))
+  try:
+    budgets = {d: budget(fmt, pool, eval_tasks([d], tasks, seed=probe.eval.seed)) for d in domains}
+  finally:
+    pool.close()
+  groups = collections.defaultdict(list)
+  for d in domains:
+    groups[budgets[d]].append(d)
+  rows, seconds = {}, {}
+  for (prompt_len, new_tokens), ds in sorted(groups.items()):
+    cfg = from_config_dict(TrainConfig, _config(model, ds, prompt_len, new_tokens, tasks, samples,
+                                                batch, seed))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as workdir:
+      trainer = Trainer(cfg, workdir)
+      try:
+        out = trainer.evaluate()
+      finally:
+        trainer.close()
+    seconds[f"{prompt_len}+{new_tokens}"] = time.perf_counter() - start
+    for d in ds:
+      rows[d] = {"greedy": out[f"success/{d}"], "sampled": out[f"sampled_success/{d}"],
+                 "greedy_masked": out[f"success_masked/{d}"],
+                 "sampled_masked": out[f"sampled_success_masked/{d}"],
+                 "prompt_tokens": prompt_len, "new_tokens": new_tokens}
+    print(f"# {prompt_len}+{new_tokens} tokens: {len(ds)} domains in {seconds[f'{prompt_len}+{new_tokens}']:.0f} s",
+          flush=True)
+  return {"model": model, "tasks": tasks, "samples": samples, "seed": seed, "rows": rows,
+          "seconds": seconds}
+
+
+def _pct(x: float) -> str:
+  return "  -" if x != x else f"{100 * x:3.0f}"
+
+
+def table(results: list[dict], labels: list[str]) -> str:
+  """A markdown table: per domain, greedy and sampled success (%) of each
+  result, ``*`` where the sampled success lies in 5-90%."""
+  head = "| domain | " + " | ".join(f"{lab} greedy | {lab} sampled" for lab in labels) + " |"
+  lines = [head, "|---" * (1 + 2 * len(labels)) + "|"]
+  domains = list(dict.fromkeys(d for r in results for d in r["rows"]))
+  for d in domains:
+    cells = []
+    for r in results:
+      row = r["rows"].get(d)
+      if row is None:
+        cells += ["", ""]
+        continue
+      masked = row["greedy_masked"] + row["sampled_masked"]
+      star = " *" if has_signal(row["sampled"]) else ""
+      cells += [_pct(row["greedy"]), _pct(row["sampled"]) + star + (f" ({masked:.0f} masked)" if masked else "")]
+    lines.append(f"| {d.removeprefix('rlpt/').removesuffix('-v0')} | " + " | ".join(cells) + " |")
+  for r, lab in zip(results, labels):
+    marked = sum(has_signal(x["sampled"]) for x in r["rows"].values())
+    mean = sum(x["sampled"] for x in r["rows"].values() if x["sampled"] == x["sampled"]) / max(1, len(r["rows"]))
+    lines.append(f"\n{lab}: {marked} of {len(r['rows'])} domains with signal (*), mean sampled success "
+                 f"{100 * mean:.1f}%, {sum(r['seconds'].values()) / 60:.1f} min")
+  return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--model", help="a model name, .gguf file or Hugging Face directory")
+  parser.add_argument("--groups", default=",".join(GROUPS), help=f"some of {list(GROUPS)}")
+  parser.add_argument("--domains", default="", help="domain ids, comma-separated (instead of --groups)")
+  parser.add_argument("--tasks", type=int, default=16, help="held-out tasks per domain")
+  parser.add_argument("--samples", type=int, default=4, help="sampled plays per task")
+  parser.add_argument("--batch", type=int, default=32, help="episodes per compiled batch")
+  parser.add_argument("--seed", type=int, default=0, help="the sampling keys' seed")
+  parser.add_argument("--out", help="write the JSON result here")
+  parser.add_argument("--label", default="", help="the column's name (default: the model)")
+  parser.add_argument("--compare", help="JSON results to tabulate side by side, comma-separated")
+  args = parser.parse_args(argv)
+  if args.compare:
+    paths = args.compare.split(",")
+    results = []
+    for p in paths:
+      with open(p) as f:
+        results.append(json.load(f))
+    print(table(results, [r.get("label") or os.path.basename(p).removesuffix(".json")
+                          for r, p in zip(results, paths)]))
+    return
+  if not args.model:
+    parser.error("--model is required (or --compare).")
+  if args.domains:
+    domains = tuple(args.domains.split(","))
+  else:
+    names = [g for g in args.groups.split(",") if g]
+    unknown = sorted(set(names) - set(GROUPS))
+    if unknown:
+      parser.error(f"--groups has {unknown}; expected some of {list(GROUPS)}.")
+    domains = tuple(dict.fromkeys(d for g in names for d in GROUPS[g]))
+  print(f"# {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {args.model}: "
+        f"{len(domains)} domains x {args.tasks} tasks, greedy + {args.samples} sampled", flush=True)
+  result = measure(args.model, domains, args.tasks, args.samples, args.batch, args.seed)
+  result["label"] = args.label
+  if args.out:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+      json.dump(result, f, indent=1)
+  print(table([result], [args.label or os.path.basename(args.model.rstrip("/"))]))
+
+
+if __name__ == "__main__":
+  main()
