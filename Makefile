@@ -19,7 +19,7 @@ CONFIG ?= experiments/grpo_default.py
 
 PEERS := .peers
 
-.PHONY: setup system train smoke lint test bench bench-device bench-peers bench-peers-main clean
+.PHONY: setup system train train-smollm2 smoke lint test bench bench-device bench-peers bench-peers-main clean
 
 setup: system $(STAMP) $(ROOTPATH)
 
@@ -52,6 +52,10 @@ $(ROOTPATH): $(STAMP)
 
 train: setup
 	$(PY) -m launch.train --config=$(CONFIG) --workdir=$(WORKDIR)
+
+# A real model: SmolLM2-135M-Instruct warmed up, then GRPO (experiments/grpo_smollm2.py).
+train-smollm2: setup
+	$(PY) -m launch.train --config=experiments/grpo_smollm2.py --workdir=runs/grpo_smollm2
 
 smoke: setup
 	$(PY) -m launch.train --config=$(CONFIG):smoke --workdir=runs/smoke

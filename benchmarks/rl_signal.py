@@ -76,14 +76,16 @@ def _rung(ladder, need: int, what: str, domain: str) -> int:
 def budget(fmt, pool, tasks) -> tuple[int, int]:
   """(prompt tokens, new tokens) for a domain's held-out ``tasks``: the
   longest templated prompt, and room for 1.5x the longest demonstration (an
-  instruct model says more than the demonstration), each rounded up to a
-  rung of its ladder."""
+  instruct model says more than the demonstration; at most the longest rung),
+  each rounded up to a rung of its ladder."""
   prompts = pool.reset(tasks)
   domain = tasks[0].domain
   prompt = max(len(fmt.prompt_ids(p.text)) for p in prompts)
   demo = max(len(fmt.tokenizer.encode(p.info["demonstration"])) for p in prompts)
-  return (_rung(PROMPT_LADDER, prompt, "prompt", domain),
-          _rung(ANSWER_LADDER, math.ceil(1.5 * demo) + 8, "answer", domain))
+  room = math.ceil(1.5 * demo) + 8
+  if room > ANSWER_LADDER[-1]:  # the longest rung, if the demonstration itself fits
+    room = demo + 8
+  return (_rung(PROMPT_LADDER, prompt, "prompt", domain), _rung(ANSWER_LADDER, room, "answer", domain))
 
 
 def _config(model: str, domains, prompt_len: int, new_tokens: int, tasks: int, samples: int,

@@ -63,6 +63,54 @@ def mixed() -> tuple[str, ...]:
   return MIXED_BUILTIN + MIXED_DATASETS + bounded + MIXED_REAL
 
 
+
+# Imported chat models (experiments/warmup_hf.py, grpo_smollm2.py), told each
+# task in words (env.prompt_style "instruct"). The warm-up's demonstrations:
+# the default and mixed jobs' domains, reasoning-gym's arithmetic and GSM-style
+# generators, generated code graded by hidden tests, the mission's brief
+# rungs and a shell task. Reasoning-gym's questions are cut to
+# REAL_PROMPT_CHARS (a GSM problem can run to a page), so every prompt with its
+# demonstration fits WARMUP_MAX_LEN tokens of SmolLM2's template and every RL
+# prompt REAL_MAX_PROMPT_LEN.
+REAL_REASONING_GYM = (
+    "rlpt/rg-basic-arithmetic-easy-v0", "rlpt/rg-chain-sum-easy-v0", "rlpt/rg-products-easy-v0",
+    "rlpt/rg-spell-backward-easy-v0", "rlpt/rg-count-bits-easy-v0",
+    "rlpt/rg-basic-arithmetic-medium-v0", "rlpt/rg-decimal-arithmetic-easy-v0",
+    "rlpt/rg-gsm-symbolic-medium-v0",
+)
+REAL_PROMPT_CHARS = 400
+WARMUP_MAX_LEN = 320
+REAL_MAX_PROMPT_LEN = 256
+# The real-model GRPO job's domains (experiments/grpo_smollm2.py): of the
+# warm-up's, those where the warmed-up SmolLM2 has signal (docs/real_models.md):
+# public-format arithmetic and GSM-style problems, code graded by hidden tests,
+# and the mission's PDF statement and a shell task.
+REAL_RL = (
+    "rlpt/rg-basic-arithmetic-easy-v0",
+    "rlpt/rg-gsm-symbolic-medium-v0",
+    "rlpt/dataset-arith-easy-v0",
+    "rlpt/math-mul-easy-v0",
+    "rlpt/code-linear-easy-v0",
+    "rlpt/finance-statement-cell-easy-v0",
+    "rlpt/terminal-rename-easy-v0",
+)
+
+
+def _real(ids: tuple[str, ...]) -> tuple[str, ...]:
+  from environments.bounded import register_bounded
+  return tuple(register_bounded(d, REAL_PROMPT_CHARS).id if d in REAL_REASONING_GYM else d for d in ids)
+
+
+def real_warmup() -> tuple[str, ...]:
+  """The warm-up's domain ids (reasoning-gym's bounded, registered here)."""
+  return _real(DEFAULT + ("rlpt/math-add-easy-v0",) + MIXED_DATASETS + REAL_REASONING_GYM + (
+      "rlpt/code-quadratic-medium-v0", "rlpt/terminal-grep-medium-v0") + MIXED_REAL)
+
+
+def real_rl() -> tuple[str, ...]:
+  """The real-model GRPO job's domain ids (REAL_RL, reasoning-gym's bounded)."""
+  return _real(REAL_RL)
+
 # The all-domains job (experiments/grpo_all_domains.py): every registered
 # domain, each cut to the tasks whose prompt and demonstration fit the tiny
 # base's context (environments.bounded). A domain with too few such tasks is

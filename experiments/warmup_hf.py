@@ -9,7 +9,13 @@ tokenizer and template included) that RL starts from with
 
     python -m launch.warmup --config=experiments/warmup_hf.py:smollm2-135m-instruct --workdir=runs/warmup_smollm2
     python -m launch.warmup --config=experiments/warmup_hf.py:smollm2-135m-instruct,lora --workdir=runs/warmup_lora
+    python -m launch.warmup --config=experiments/warmup_hf.py:gemma3-270m --workdir=runs/warmup_gemma
     python -m launch.warmup --config=experiments/warmup_hf.py:smoke --workdir=/tmp/warmup
+
+An RL config starts from a warm-up with ``base.experiment=experiments/warmup_hf.py``
+and ``base.arg=<this file's argument>`` (experiments/grpo_smollm2.py): the run
+warms the model up on first use and caches it under .cache/rlpt/bases, keyed
+by this config's fingerprint, as the tiny base's pre-training is cached.
 
 ``smoke``: the tiny Hugging Face fixture (rlpt.models.hf_fixtures, written
 where grpo_hf_import.py:smoke writes it on first use, no download), 4 steps. ``,lora``: rank-8
@@ -26,14 +32,16 @@ verifier reads (before, it mostly wrote "The answer is 4.").
 
 import ml_collections
 
+from experiments.domains import WARMUP_MAX_LEN, real_warmup
 from experiments.grpo_hf_import import SMOKE_CHECKPOINT
 from rlpt.config import WarmupConfig, default_config_dict
 
 RUNNER = "warmup"
 
-# Short-answer domains whose instruct demonstrations fit 256 tokens.
-DOMAINS = ("rlpt/math-mul-easy-v0", "rlpt/math-add-easy-v0")
-MODELS = ("smoke", "smollm2-135m-instruct")
+# The smoke run's short-answer domains (their demonstrations fit 384 of the
+# byte-level fixture's ids); real models warm up on experiments.domains.real_warmup().
+SMOKE_DOMAINS = ("rlpt/math-mul-easy-v0", "rlpt/math-add-easy-v0")
+MODELS = ("smoke", "smollm2-135m-instruct", "gemma3-270m")
 
 
 def get_config(arg: str = "smollm2-135m-instruct") -> ml_collections.ConfigDict:
@@ -43,9 +51,9 @@ def get_config(arg: str = "smollm2-135m-instruct") -> ml_collections.ConfigDict:
                      "optionally followed by ',lora'.")
   c = default_config_dict(WarmupConfig)
   c.seed = 0
-  c.domains.ids = list(DOMAINS)
+  c.domains.ids = list(SMOKE_DOMAINS if model == "smoke" else real_warmup())
   c.prompt_style = "instruct"
-  c.max_len = 256
+  c.max_len = WARMUP_MAX_LEN
   if model == "smoke":
     from rlpt.models.hf_fixtures import ensure_tiny_llama
     c.base.hf_checkpoint = ensure_tiny_llama(SMOKE_CHECKPOINT)
@@ -56,7 +64,7 @@ def get_config(arg: str = "smollm2-135m-instruct") -> ml_collections.ConfigDict:
     c.log_every = 1
   else:
     c.base.model = model
-    c.steps = 60
+    c.steps = 80
     c.batch_size = 8
     c.optim.update(learning_rate=2e-5, warmup_steps=5, decay="cosine")
     c.log_every = 5

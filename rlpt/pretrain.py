@@ -21,7 +21,7 @@ import numpy as np
 from flax import nnx
 
 from rlpt.checkpoint import load_model, save_model
-from rlpt.config import EnvConfig, PretrainConfig, from_config_dict, to_json
+from rlpt.config import EnvConfig, PretrainConfig, WarmupConfig, from_config_dict, to_json
 from rlpt.data import TaskSampler
 from rlpt.keys import init_key, seeded_rng
 from rlpt.metrics import MetricsWriter, progress_bar
@@ -160,7 +160,8 @@ def pretrain(cfg: PretrainConfig, workdir: str, progress: bool = True,
   return path
 
 
-def fingerprint(cfg: PretrainConfig) -> str:
+def fingerprint(cfg) -> str:
+  """12 hex digits of a config dataclass's JSON: the name of what it builds."""
   return hashlib.sha256(to_json(cfg).encode()).hexdigest()[:12]
 
 
@@ -168,13 +169,61 @@ def load_experiment_config(path: str, arg: str = ""):
   """``get_config(arg)`` of the config file at ``path`` (relative paths from the
   current directory), loaded by path as ``--config`` loads one: the library
   imports no experiments package."""
+  return _load_experiment(path, arg)[1]
+
+
+# The config files that build a base, by their RUNNER: pre-training the tiny
+# built-in base, or warming an imported model up on demonstrations.
+BASE_RUNNERS = ("pretrain", "warmup")
+
+
+def _load_experiment(path: str, arg: str = ""):
+  """(RUNNER, ``get_config(arg)``) of the config file at ``path``."""
   if not os.path.isfile(path):
     raise ValueError(f"base.experiment={path!r}: no such config file (expected a path such as "
                      f"experiments/pretrain_base.py, relative to {os.getcwd()}).")
   spec = importlib.util.spec_from_file_location(f"rlpt_config_{experiment_name(path)}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+  return getattr(module, "RUNNER", "pretrain"), module.get_config(arg) if arg else module.get_config()
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltBase:
+  """A base the run builds and caches: ``runner`` ("pretrain" or "warmup"),
+  its typed ``config`` (PretrainConfig / WarmupConfig), the cache ``workdir``
+  (named by the config file and the config's fingerprint) and the ``path`` of
+  the model inside it (an rlpt checkpoint, or a warm-up's Hugging Face one)."""
+  runner: str
+  config: object
+  workdir: str
+  path: str
+
+
+def built_base(base_cfg) -> BuiltBase:
+  """The `BuiltBase` of a BaseModelConfig that names no checkpoint or model."""
+  runner, cfg = _load_experiment(base_cfg.experiment, base_cfg.arg)
+  if runner == "pretrain":
+    typed = from_config_dict(PretrainConfig, cfg)
+  elif runner == "warmup":
+    typed = from_config_dict(WarmupConfig, cfg)
+  else:
+    raise ValueError(f"base.experiment={base_cfg.experiment!r} is a {runner!r} config; a base is built by "
+                     f"one of {BASE_RUNNERS} (experiments/pretrain_base.py, experiments/warmup_hf.py).")
+  name = experiment_name(base_cfg.experiment) + (f"-{base_cfg.arg}" if base_cfg.arg else "")
+  workdir = os.path.join(base_cfg.cache_dir, f"{name}-{fingerprint(typed)}")
+  return BuiltBase(runner, typed, workdir, os.path.join(workdir, "model"))
+
+
+def imported_base(base_cfg) -> bool:
+  """Whether the base is an imported model with its own tokenizer (a Hugging
+  Face or GGUF checkpoint, or one warmed up from such by base.experiment);
+  False for the built-in byte-level bases."""
+  if base_cfg.hf_checkpoint or base_cfg.model:
+    return True
+  if base_cfg.checkpoint or not base_cfg.experiment:
+    return False
+  return built_base(base_cfg).runner == "warmup"
 
 
 def experiment_name(path: str) -> str:
@@ -199,11 +248,12 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
   if base_cfg.checkpoint:
     path = base_cfg.checkpoint
   else:
-    pcfg = from_config_dict(PretrainConfig, load_experiment_config(base_cfg.experiment, base_cfg.arg))
-    name = experiment_name(base_cfg.experiment) + (f"-{base_cfg.arg}" if base_cfg.arg else "")
-    workdir = os.path.join(base_cfg.cache_dir, f"{name}-{fingerprint(pcfg)}")
-    path = os.path.join(workdir, "model")
-    _build_cached_base(pcfg, workdir, path, base_cfg, progress)
+    built = built_base(base_cfg)
+    path = built.path
+    _build_cached_base(built, base_cfg, progress)
+    if built.runner == "warmup":  # a Hugging Face checkpoint
+      model_cfg, graphdef, params = load_hf_checkpoint(path, mesh, rules)
+      return (*_with_attention(base_cfg, model_cfg, graphdef), params, path)
   # Every process reads the whole (small, host-side) base onto its own first
   # device; the trainer then lays it out on the global mesh. Without a target
   # sharding orbax refuses a checkpoint saved under another process topology.
@@ -213,29 +263,38 @@ def resolve_base(base_cfg, progress: bool = True, mesh=None, rules=DEFAULT_RULES
   return (*_with_attention(base_cfg, model_cfg, graphdef), params, path)
 
 
-def _build_cached_base(pcfg: PretrainConfig, workdir: str, path: str, base_cfg, progress: bool):
-  """Pre-trains the cached base at ``workdir`` unless it is there. Runs that
-  share a cache on one machine (two experiments, two test workers) build each
-  base once: the first holds an exclusive lock on ``<workdir>.lock`` while it
-  trains, and the others wait, then read what it wrote."""
-  if os.path.exists(os.path.join(path, "model.json")):
+def _build_cached_base(built: BuiltBase, base_cfg, progress: bool):
+  """Builds the cached base ``built`` (pre-training or a warm-up) unless it is
+  there. Runs that share a cache on one machine (two experiments, two test
+  workers) build each base once: the first holds an exclusive lock on
+  ``<workdir>.lock`` while it trains, and the others wait, then read what it
+  wrote."""
+  marker = "model.json" if built.runner == "pretrain" else "rlpt_warmup.json"
+  done = os.path.join(built.path, marker)
+  if os.path.exists(done):
     return
   if jax.process_count() > 1:
     # Only process 0 may write the cache, and a half-written cache read by
     # the others would be worse than stopping: build it once, single-process.
     raise RuntimeError(
-        f"No cached base model at {path} and this is a {jax.process_count()}-process run. "
-        f"Build it first with one process: python -m launch.pretrain "
+        f"No cached base model at {built.path} and this is a {jax.process_count()}-process run. "
+        f"Build it first with one process: python -m launch.{built.runner} "
         f"--config={base_cfg.experiment}{':' + base_cfg.arg if base_cfg.arg else ''}"
-        f" --workdir={workdir}")
-  os.makedirs(os.path.dirname(workdir) or ".", exist_ok=True)
-  with open(workdir + ".lock", "w") as lock:
+        f" --workdir={built.workdir}")
+  os.makedirs(os.path.dirname(built.workdir) or ".", exist_ok=True)
+  with open(built.workdir + ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    if os.path.exists(os.path.join(path, "model.json")):
+    if os.path.exists(done):
       return  # another run built it while this one waited
-    print(f"rlpt: no cached base model at {path}; pre-training it now ({pcfg.steps} steps).",
-          flush=True)
-    pretrain(pcfg, workdir, progress=progress)
+    if built.runner == "pretrain":
+      print(f"rlpt: no cached base model at {built.path}; pre-training it now "
+            f"({built.config.steps} steps).", flush=True)
+      pretrain(built.config, built.workdir, progress=progress)
+    else:
+      from rlpt.warmup import warmup  # rlpt.warmup builds on this module
+      print(f"rlpt: no cached warm-up at {built.path}; warming the model up now "
+            f"({built.config.steps} steps).", flush=True)
+      warmup(built.config, built.workdir, progress=progress)
 
 
 def _with_attention(base_cfg, model_cfg, graphdef):
@@ -259,9 +318,14 @@ def _with_attention(base_cfg, model_cfg, graphdef):
 def resolve_tokenizer(base_cfg):
   """The tokenizer of the base: a Hugging Face base's own (tokenizer.json or
   tokenizer.model), a GGUF file's (its metadata), else the byte tokenizer of
-  the built-in bases."""
+  the built-in bases (a base warmed up by ``base.experiment`` keeps its
+  imported model's)."""
   if base_cfg.hf_checkpoint:
     return load_tokenizer(base_cfg.hf_checkpoint)
   if base_cfg.model:
     return GGUFTokenizer(base_cfg.model)
+  if not base_cfg.checkpoint and base_cfg.experiment:
+    built = built_base(base_cfg)
+    if built.runner == "warmup":  # the warm-up keeps its base's tokenizer
+      return resolve_tokenizer(built.config.base)
   return ByteTokenizer()

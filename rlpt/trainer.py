@@ -35,7 +35,7 @@ from rlpt.evaluation import Evaluator
 from rlpt.metrics.report import MASKED
 from rlpt.keys import KEY_SCHEME
 from rlpt.metrics import RunLog, progress_bar
-from rlpt.pretrain import resolve_base, resolve_tokenizer
+from rlpt.pretrain import imported_base, resolve_base, resolve_tokenizer
 from rlpt.rollout.async_source import make_rollout_source
 from rlpt.rollout.domains import check_domains
 from rlpt.rollout.pool_api import EnvironmentPool
@@ -59,8 +59,7 @@ class Trainer:
     ro = cfg.rollout
     # Before anything is written or compiled; prompt lengths in characters
     # bound tokens only for the built-in byte-level bases.
-    byte_base = not (cfg.base.hf_checkpoint or cfg.base.model)
-    check_domains(cfg.domains, ro.max_prompt_len if byte_base else None, cfg.env.prompt_style)
+    check_domains(cfg.domains, None if imported_base(cfg.base) else ro.max_prompt_len, cfg.env.prompt_style)
     if is_primary():
       os.makedirs(workdir, exist_ok=True)
       with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -248,7 +247,10 @@ class Trainer:
     """The current policy, rlpt's and Hugging Face's format (`Actor.export`)."""
     info = {"step": self.step, "base": os.path.abspath(self.base_path),
             "train_config": json.loads(to_json(self.cfg))}
-    self.actor.export(directory, info, self.tokenizer, self.cfg.base.hf_checkpoint)
+    # A Hugging Face base (imported, or warmed up by base.experiment) lends
+    # its tokenizer files; the others write their tokenizer's.
+    hf_base = os.path.exists(os.path.join(self.base_path, "config.json"))
+    self.actor.export(directory, info, self.tokenizer, self.base_path if hf_base else "")
 
   def close(self):
     self.rollout.close()

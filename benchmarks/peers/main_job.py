@@ -118,6 +118,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import types
 import time
 
 import numpy as np
@@ -171,12 +172,10 @@ def cache_dir() -> str:
 
 def base_path() -> str:
   """The cached base grpo_default trains from, found as rlpt.pretrain.resolve_base does."""
-  from rlpt.config import PretrainConfig, from_config_dict
-  from rlpt.pretrain import experiment_name, fingerprint, load_experiment_config
+  from rlpt.pretrain import built_base
   base = job_config().base
-  pcfg = from_config_dict(PretrainConfig, load_experiment_config(base.experiment, base.arg))
-  name = experiment_name(base.experiment) + (f"-{base.arg}" if base.arg else "")
-  path = os.path.join(cache_dir(), f"{name}-{fingerprint(pcfg)}", "model")
+  path = built_base(types.SimpleNamespace(experiment=base.experiment, arg=base.arg,
+                                          cache_dir=cache_dir())).path
   if not os.path.exists(os.path.join(path, "model.json")):
     raise SystemExit(f"no cached base at {path}: build it with `make train` (or "
                      f"python -m launch.pretrain --config={base.experiment}).")
