@@ -53,12 +53,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.eval.update(every=2, tasks_per_domain=2, samples=1)
   else:
     c.base.update(model="", experiment="experiments/warmup_hf.py", arg="smollm2-135m-instruct")
-    c.steps = 60
-    # 8 prompts x a group of 8: a group disagrees (has signal) when the
+    c.steps = 50
+    # 4 prompts x a group of 8: a group disagrees (has signal) when the
     # domain's success is neither 0 nor 1.
-    c.rollout.update(batch_size=64, group_size=8, max_prompt_len=domains.REAL_MAX_PROMPT_LEN,
+    c.rollout.update(batch_size=32, group_size=8, max_prompt_len=domains.REAL_MAX_PROMPT_LEN,
                      max_new_tokens=64)
-    c.eval.update(every=30, tasks_per_domain=64, samples=1, sampled=True)
+    c.eval.update(every=25, tasks_per_domain=64, samples=1, sampled=True)
   c.rollout.update(chat_template="auto", temperature=1.0)
   c.rl.update(advantage="grpo", policy_loss="ppo_clip", clip_eps=0.2, kl_beta=0.01,
               kl_estimator="k3", aggregation="token-mean")

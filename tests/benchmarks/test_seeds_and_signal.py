@@ -1,0 +1,85 @@
+"""The seeds summary (benchmarks/main_job_seeds.py) and the signal table
+(benchmarks/rl_signal.py) on runs and results written here."""
+
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import main_job_seeds  # noqa: E402
+import rl_signal  # noqa: E402
+
+DOMAINS = ("rlpt/math-mul-easy-v0", "rlpt/code-linear-easy-v0")
+
+
+def _run(workdir, start, end):
+  os.makedirs(workdir)
+  rows = []
+  for step, values in ((0, start), (10, end)):
+    row = {"kind": "eval", "step": step}
+    for kind, scale in (("sampled_success", 1.0), ("success", 0.5)):
+      for d, v in zip(DOMAINS, values):
+        row[f"{kind}/{d}"] = v * scale
+      row[f"{kind}/mean"] = sum(values) * scale / len(values)
+    rows.append(row)
+  rows += [{"kind": "train", "step": s, "time/step": 2.0 + s, f"success/{DOMAINS[0]}": 0.5} for s in (1, 2, 3)]
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def test_seeds_table_reads_base_warmup_and_rl_with_spread(tmp_path):
+  runs = {0: str(tmp_path / "seed0"), 1: str(tmp_path / "seed1")}
+  _run(runs[0], (0.2, 0.4), (0.5, 0.4))
+  _run(runs[1], (0.2, 0.4), (0.3, 0.6))
+  before = {f"{k}/{d}": 0.0 for k in ("sampled_success", "success") for d in DOMAINS + ("mean",)}
+  text = main_job_seeds.table(runs, before)
+  line = next(x for x in text.splitlines() if x.startswith("| math-mul-easy-v0"))
+  cells = [c.strip() for c in line.strip("|").split("|")]
+  # sampled: before warm-up, base (start of RL), final, change; then greedy the same
+  assert cells[1:5] == ["0.000", "0.200 [0.200-0.200]", "0.400 [0.300-0.500]", "0.200 [0.100-0.300]"]
+  assert cells[5:9] == ["0.000", "0.100 [0.100-0.100]", "0.200 [0.150-0.250]", "0.100 [0.050-0.150]"]
+  assert "before warm-up" in text.splitlines()[2]
+  assert "median step time (s): seed 0 4.00, seed 1 4.00" in text
+  main_job_seeds.plot(runs, before, str(tmp_path / "seeds.png"))
+  assert os.path.getsize(tmp_path / "seeds.png") > 1000
+  # Without the before-warm-up measure the columns are the run's own.
+  assert "before warm-up" not in main_job_seeds.table(runs)
+
+
+def test_signal_marks_five_to_ninety_percent_and_counts_masked():
+  assert [rl_signal.has_signal(p) for p in (0.0, 0.04, 0.05, 0.5, 0.9, 0.95, 1.0)] == [
+      False, False, True, True, True, False, False]
+  rows = {"rlpt/a-v0": {"greedy": 0.25, "sampled": 0.5, "greedy_masked": 0.0, "sampled_masked": 2.0},
+          "rlpt/b-v0": {"greedy": 0.0, "sampled": 0.0, "greedy_masked": 0.0, "sampled_masked": 0.0}}
+  result = {"rows": rows, "seconds": {"128+64": 60.0}}
+  text = rl_signal.table([result, result], ["base", "warm"])
+  assert "| a |  25 |  50 * (2 masked) |  25 |  50 * (2 masked) |" in text
+  assert "| b |   0 |   0 |   0 |   0 |" in text
+  assert "base: 1 of 2 domains with signal (*), mean sampled success 25.0%, 1.0 min" in text
+
+
+class _Pool:
+  def __init__(self, prompt_chars, demo_chars):
+    self.prompt_chars, self.demo_chars = prompt_chars, demo_chars
+
+  def reset(self, tasks):
+    import types
+    return [types.SimpleNamespace(text="p" * self.prompt_chars, info={"demonstration": "d" * self.demo_chars})
+            for _ in tasks]
+
+
+def test_budget_rounds_prompt_and_answer_up_to_their_rungs():
+  from rlpt.tokenizers import ByteTokenizer
+  from rlpt.tokenizers.prompts import PromptFormat
+  import types
+  fmt = PromptFormat(ByteTokenizer())
+  tasks = [types.SimpleNamespace(domain="rlpt/x-v0")]
+  assert rl_signal.budget(fmt, _Pool(100, 30), tasks) == (128, 64)  # BOS + 100; 1.5 x 30 + 8 = 53
+  assert rl_signal.budget(fmt, _Pool(150, 100), tasks) == (192, 256)  # 158 -> 256
+  assert rl_signal.budget(fmt, _Pool(150, 400), tasks) == (192, 512)  # 608 > 512: the demo + 8 fits
+  with pytest.raises(ValueError, match="rlpt/x-v0 needs 2001 prompt tokens; the longest rung is 1024"):
+    rl_signal.budget(fmt, _Pool(2000, 4), tasks)
