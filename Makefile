@@ -69,7 +69,7 @@ lint: setup
 # sandbox. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
 
 bench: setup
 	$(PY) benchmarks/workload.py

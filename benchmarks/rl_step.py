@@ -82,22 +82,46 @@ def main(_):
   print(f"rollout generation: {np.median([r['throughput/generated_tokens_per_s'] for r in rows]):,.0f} "
         "tokens/s (with early stop)")
   # Model compute against the limit that binds it: the matmul rate, measured now.
-  from roofline import matmul_roofline, token_flops
+  from roofline import (bound_seconds, decode_bytes, decode_flops, kv_bytes_per_token,
+                        matmul_roofline, memory_bandwidth, token_flops)
   roof = matmul_roofline() * 1e9
+  bandwidth = memory_bandwidth()
   mcfg = trainer.actor.model_cfg
   width = int(np.median([r["batch/pass_tokens"] for r in rows]))
   per_token = token_flops(mcfg, ro.max_prompt_len + ro.max_new_tokens)  # dense: every key
   ref_flops = per_token * width            # one forward pass
-  update_flops = 3 * per_token * width     # forward + backward
+  # Forward + backward: the backward costs two forwards (gradients of the
+  # activations and of the weights); with LoRA the frozen weights get no
+  # gradient, so one.
+  lora = cfg.lora.rank > 0
+  update_flops = (2 if lora else 3) * per_token * width
   compute = (ref_flops + update_flops) / roof
   packed = "batch/packing_fill" in rows[-1]
   layout = (f"packed rows, {np.median([r['batch/packing_fill'] for r in rows]):.0%} real tokens"
             if packed else "one sequence per row")
   print(f"model compute: reference + update {(ref_flops + update_flops) / 1e9:.1f} GFLOP over "
         f"{width} token positions ({layout}), {compute:.3f} s at the "
-        f"measured {roof / 1e12:.2f} TFLOP/s matmul rate: {compute / med['time/step']:.0%} of "
+        f"measured {roof / 1e12:.3f} TFLOP/s matmul rate: {compute / med['time/step']:.0%} of "
         f"the step, {compute / (med['time/reference'] + med['time/update']):.0%} of those "
         "two passes")
+  print(f"reference pass: {ref_flops / med['time/reference'] / 1e9:.0f} GFLOP/s, "
+        f"{ref_flops / roof / med['time/reference']:.0%} of the matmul rate; update"
+        f"{' (LoRA)' if lora else ''}: {update_flops / med['time/update'] / 1e9:.0f} GFLOP/s, "
+        f"{update_flops / roof / med['time/update']:.0%}")
+  # The decode's ceiling at this batch: the larger of its matmuls at the
+  # matmul rate and the bytes it must read (every weight per step, the cache).
+  weight_bytes = mcfg.num_params() * 4
+  prompt = ids.shape[1]
+  flops = decode_flops(mcfg, ro.batch_size, prompt, ro.max_new_tokens)
+  moved = decode_bytes(weight_bytes, kv_bytes_per_token(mcfg), ro.batch_size, prompt, ro.max_new_tokens)
+  floor, binds = bound_seconds(flops, moved, roof, bandwidth)
+  decode_s = statistics.median(times)
+  print(f"decode ceiling at batch {ro.batch_size}: {n_tokens / floor:,.0f} tokens/s ({binds}-bound: "
+        f"{flops / 1e9:.0f} GFLOP, {moved / 1e9:.1f} GB at {bandwidth / 1e9:.1f} GB/s); the sampler "
+        f"(prefill of a {prompt}-token buffer included) reaches {floor / decode_s:.0%} of it")
+  import resource
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+  print(f"peak host memory (max RSS of this process): {peak:.2f} GiB")
   trainer.close()
   workdir.cleanup()
 

@@ -15,9 +15,9 @@ block or a shell command, and generation stops at its end-of-turn token.
 
 The domains (experiments.domains.real_rl()) are those where the warmed-up model
 has signal (docs/real_models.md: sampled success between 5% and 90%):
-public-format arithmetic and GSM-style word problems (reasoning-gym), Python
-functions graded by hidden tests in the sandbox, and the mission's PDF
-income statement and shell tasks. The default trains rank-16 LoRA adapters
+public-format arithmetic (reasoning-gym's and our own), binary counting, a
+string task, the mission's CAD block (a build123d script the sandboxed OCC
+kernel builds and compares) and a shell task graded on its workspace. The default trains rank-16 LoRA adapters
 (the warm-up is the frozen base and the reference, so the KL term costs no
 second copy of the weights, and the optimizer state is the adapters');
 ``:full`` trains every weight against a frozen reference. ``:smoke`` is the
@@ -56,10 +56,14 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.steps = 50
     # 4 prompts x a group of 8: a group disagrees (has signal) when the
     # domain's success is neither 0 nor 1.
+    # 80 new tokens: a CAD block's script is about 40 of SmolLM2's tokens.
     c.rollout.update(batch_size=32, group_size=8, max_prompt_len=domains.REAL_MAX_PROMPT_LEN,
-                     max_new_tokens=64)
-    c.eval.update(every=25, tasks_per_domain=64, samples=1, sampled=True)
-  c.rollout.update(chat_template="auto", temperature=1.0)
+                     max_new_tokens=80)
+    # Before the first step and after the last (an evaluation is 896 episodes).
+    c.eval.update(every=c.steps, tasks_per_domain=64, samples=1, sampled=True)
+  # SmolLM2 is a Llama: each group of 8 samples from its prompt's one prefilled
+  # cache (the prefix-shared fast path; grpo_hf_import leaves it off for Gemma).
+  c.rollout.update(chat_template="auto", temperature=1.0, share_prefix=True)
   c.rl.update(advantage="grpo", policy_loss="ppo_clip", clip_eps=0.2, kl_beta=0.01,
               kl_estimator="k3", aggregation="token-mean")
   if arg == "full":
