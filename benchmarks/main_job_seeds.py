@@ -87,7 +87,7 @@ def before_warmup(config: str, root: str, overrides: list[str]) -> dict:
     with open(path) as f:
       return json.load(f)
   cfg = _load_train_config(config, overrides)
-  from rlpt.pretrain import built_base
+  from rlpt.bases import built_base
   built = built_base(cfg.base)
   if built.runner != "warmup":
     sys.exit(f"--before_warmup: {config}'s base is built by a {built.runner!r} config, not a warm-up.")
@@ -107,7 +107,7 @@ def before_warmup(config: str, root: str, overrides: list[str]) -> dict:
 
 def _load_train_config(config: str, overrides: list[str]):
   from rlpt.config import TrainConfig, from_config_dict
-  from rlpt.pretrain import load_experiment_config
+  from rlpt.bases import load_experiment_config
   path, _, arg = config.partition(":")
   cd = load_experiment_config(path, arg)
   for o in overrides:

@@ -105,7 +105,7 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
   """Every domain's greedy and sampled counts (see the module docstring)."""
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.data import eval_tasks
-  from rlpt.pretrain import resolve_tokenizer
+  from rlpt.bases import resolve_tokenizer
   from rlpt.rollout.envs import EnvPool
   from rlpt.config import EnvConfig
   from rlpt.tokenizers.prompts import prompt_format

@@ -13,7 +13,7 @@ rlpt.models.gguf), with the tokenizer and template of its metadata. ``:smoke``
 has no real checkpoint to use, so it writes a tiny random Llama with a
 byte-level tokenizer (rlpt.models.hf_fixtures) under .cache/rlpt/hf first and
 post-trains that for two steps. The imported model's own tokenizer is
-rlpt.pretrain.resolve_tokenizer(base); the byte-level fixture's ids equal the
+rlpt.bases.resolve_tokenizer(base); the byte-level fixture's ids equal the
 byte tokenizer's.
 
 Every episode is laid out in the model's own chat template

@@ -48,8 +48,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   if smoke:
     c.base.update(hf_checkpoint="", experiment="experiments/warmup_hf.py", arg="smoke")
     c.steps = 2
-    # The byte-level fixture spends one id per character.
-    c.rollout.update(batch_size=16, group_size=4, max_prompt_len=768, max_new_tokens=32)
+    # The byte-level fixture spends one id per character. 8 prompts a step:
+    # one per batch shard of the tests' 8 CPU devices (share_prefix shards prompts).
+    c.rollout.update(batch_size=16, group_size=2, max_prompt_len=768, max_new_tokens=32)
     c.eval.update(every=2, tasks_per_domain=2, samples=1)
   else:
     c.base.update(model="", experiment="experiments/warmup_hf.py", arg="smollm2-135m-instruct")

@@ -122,9 +122,10 @@ def check_domains(cfg) -> None:
   """`rlpt.rollout.domains.check_domains` for a TrainConfig or PretrainConfig;
   a mistake is a usage error."""
   from rlpt.config import ConfigError
+  from rlpt.bases import imported_base
   from rlpt.rollout.domains import check_domains as check
   rollout, base = getattr(cfg, "rollout", None), getattr(cfg, "base", None)
-  byte_base = base is None or not (getattr(base, "hf_checkpoint", "") or getattr(base, "model", ""))
+  byte_base = base is None or not imported_base(base)
   env = getattr(cfg, "env", None)
   style = getattr(env, "prompt_style", None) or getattr(cfg, "prompt_style", "bare")
   try:

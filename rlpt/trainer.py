@@ -35,7 +35,7 @@ from rlpt.evaluation import Evaluator
 from rlpt.metrics.report import MASKED
 from rlpt.keys import KEY_SCHEME
 from rlpt.metrics import RunLog, progress_bar
-from rlpt.pretrain import imported_base, resolve_base, resolve_tokenizer
+from rlpt.bases import imported_base, resolve_base, resolve_tokenizer
 from rlpt.rollout.async_source import make_rollout_source
 from rlpt.rollout.domains import check_domains
 from rlpt.rollout.pool_api import EnvironmentPool

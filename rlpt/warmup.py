@@ -27,10 +27,12 @@ from rlpt.device import (MAX_PROGRAMS, ProgramPool, batch_sharding, check_batch,
 from rlpt.keys import init_key, seeded_rng
 from rlpt.models.hf import save_hf_checkpoint
 from rlpt.models.lora import init_lora, merge_lora
-from rlpt.pretrain import demonstration_batch, resolve_base, resolve_tokenizer, supervised_steps
+from rlpt.models.imported import load_imported
+from rlpt.pretrain import demonstration_batch, supervised_steps
 from rlpt.rollout import EnvPool
 from rlpt.sharding import DEFAULT_RULES, make_mesh, state_shardings
 from rlpt.steps import lora_sft_train_step, make_optimizer, sft_loss, sft_train_step
+from rlpt.tokenizers.imported import imported_tokenizer
 from rlpt.tokenizers.prompts import PromptFormat, prompt_format
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 def warmup_format(cfg: WarmupConfig) -> PromptFormat:
   """The `PromptFormat` the warm-up trains under (the RL run's, for the same
   ``rollout.chat_template`` / ``rollout.system_prompt``)."""
-  return prompt_format(resolve_tokenizer(cfg.base), cfg.chat_template, cfg.system_prompt)
+  return prompt_format(imported_tokenizer(cfg.base), cfg.chat_template, cfg.system_prompt)
 
 
 def warmup_pool(cfg: WarmupConfig) -> EnvPool:
@@ -58,7 +60,7 @@ def warmup(cfg: WarmupConfig, workdir: str, progress: bool = True,
   fmt = warmup_format(cfg)
   mesh, rules = make_mesh({"data": -1}), DEFAULT_RULES
   check_batch(cfg.batch_size, mesh, rules, "batch_size")
-  model_cfg, graphdef, params, base_path = resolve_base(cfg.base, progress, mesh, rules)
+  model_cfg, graphdef, params, base_path = load_imported(cfg.base, mesh, rules)
   if model_cfg.vocab_size < fmt.tokenizer.vocab_size:
     raise ValueError(f"the base's vocab_size {model_cfg.vocab_size} is smaller than its "
                      f"tokenizer's {fmt.tokenizer.vocab_size} ({base_path}).")

@@ -24,7 +24,7 @@ LAYERS = {
              "models", "packing", "registry", "rl", "sampling", "scoring", "sharding", "steps",
              "tokenizers", "update"},
     "device": {"device"},
-    "orchestration": {"actor", "engine", "evaluation", "pretrain", "rollout", "trainer", "warmup"},
+    "orchestration": {"actor", "bases", "engine", "evaluation", "pretrain", "rollout", "trainer", "warmup"},
 }
 RANK = {unit: i for i, layer in enumerate(LAYERS.values()) for unit in layer}
 

@@ -19,7 +19,8 @@ from rlpt.config import (BaseModelConfig, ConfigError, EnvConfig, PretrainConfig
                          TrainConfig, WarmupConfig, default_config_dict, from_config_dict)
 from rlpt.data import Task  # noqa: E402
 from rlpt.models.hf_fixtures import write_byte_tokenizer  # noqa: E402
-from rlpt.pretrain import demonstration_batch, fingerprint, resolve_base  # noqa: E402
+from rlpt.bases import fingerprint, resolve_base  # noqa: E402
+from rlpt.pretrain import demonstration_batch  # noqa: E402
 from rlpt.rollout import EnvPool  # noqa: E402
 from rlpt.tokenizers import ByteTokenizer  # noqa: E402
 from rlpt.tokenizers.hf import load_tokenizer  # noqa: E402
@@ -76,7 +77,7 @@ def test_bare_batch_is_unchanged_and_the_base_fingerprint_too():
     assert targets == list(range(len(prompt), len(row)))
     assert (tokens[i, len(row):] == tok.pad_id).all()
   assert tokens.shape[1] % 16 == 0
-  # The cache key of the built-in bases (rlpt.pretrain.resolve_base): unchanged.
+  # The cache key of the built-in bases (rlpt.bases.resolve_base): unchanged.
   assert fingerprint(from_config_dict(PretrainConfig, pretrain_base.get_config())) == "84bf1648161d"
   assert fingerprint(from_config_dict(PretrainConfig, pretrain_base.get_config("smoke"))) == "a1356ff5ef6e"
 

@@ -171,8 +171,8 @@ def cache_dir() -> str:
 
 
 def base_path() -> str:
-  """The cached base grpo_default trains from, found as rlpt.pretrain.resolve_base does."""
-  from rlpt.pretrain import built_base
+  """The cached base grpo_default trains from, found as rlpt.bases.resolve_base does."""
+  from rlpt.bases import built_base
   base = job_config().base
   path = built_base(types.SimpleNamespace(experiment=base.experiment, arg=base.arg,
                                           cache_dir=cache_dir())).path

@@ -1,11 +1,11 @@
-"""Runs that share a base cache build each base once (rlpt.pretrain)."""
+"""Runs that share a base cache build each base once (rlpt.bases)."""
 
 import os
 import threading
 import time
 import types
 
-from rlpt import pretrain as pretrain_module
+from rlpt import bases
 
 
 def test_two_runs_sharing_a_cache_pretrain_the_base_once(tmp_path, monkeypatch):
@@ -18,11 +18,11 @@ def test_two_runs_sharing_a_cache_pretrain_the_base_once(tmp_path, monkeypatch):
     with open(os.path.join(workdir, "model", "model.json"), "w") as f:
       f.write("{}")
 
-  monkeypatch.setattr(pretrain_module, "pretrain", fake_pretrain)
+  monkeypatch.setattr(bases, "pretrain", fake_pretrain)
   workdir = str(tmp_path / "cache" / "base-abc")
   path = os.path.join(workdir, "model")
-  built_base = pretrain_module.BuiltBase("pretrain", types.SimpleNamespace(steps=1), workdir, path)
-  runs = [threading.Thread(target=pretrain_module._build_cached_base,
+  built_base = bases.BuiltBase("pretrain", types.SimpleNamespace(steps=1), workdir, path)
+  runs = [threading.Thread(target=bases._build_cached_base,
                            args=(built_base, None, False)) for _ in range(3)]
   for r in runs:
     r.start()
@@ -52,14 +52,14 @@ def test_a_warmup_config_builds_the_base_and_its_tokenizer_is_the_imported_model
   config_file = tmp_path / "warm.py"
   config_file.write_text(WARMUP_FILE)
   base = BaseModelConfig(experiment=str(config_file), arg="my-model", cache_dir=str(tmp_path / "cache"))
-  built = pretrain_module.built_base(base)
+  built = bases.built_base(base)
   assert built.runner == "warmup" and built.config.steps == 7 and built.config.base.model == "my-model"
-  assert built.workdir == str(tmp_path / "cache" / f"warm-my-model-{pretrain_module.fingerprint(built.config)}")
-  assert pretrain_module.imported_base(base)
-  assert not pretrain_module.imported_base(BaseModelConfig())  # the tiny built-in base
+  assert built.workdir == str(tmp_path / "cache" / f"warm-my-model-{bases.fingerprint(built.config)}")
+  assert bases.imported_base(base)
+  assert not bases.imported_base(BaseModelConfig())  # the tiny built-in base
   seen = []
-  monkeypatch.setattr(pretrain_module, "GGUFTokenizer", lambda model: seen.append(model) or "tok")
-  assert pretrain_module.resolve_tokenizer(base) == "tok" and seen == ["my-model"]
+  monkeypatch.setattr(bases, "imported_tokenizer", lambda base_cfg: seen.append(base_cfg.model) or "tok")
+  assert bases.resolve_tokenizer(base) == "tok" and seen == ["my-model"]
 
   calls = []
 
@@ -68,13 +68,11 @@ def test_a_warmup_config_builds_the_base_and_its_tokenizer_is_the_imported_model
     os.makedirs(os.path.join(workdir, "model"))
     open(os.path.join(workdir, "model", "rlpt_warmup.json"), "w").write("{}")
 
-  import rlpt.warmup
-  monkeypatch.setattr(rlpt.warmup, "warmup", fake_warmup)
-  monkeypatch.setattr(pretrain_module, "load_hf_checkpoint",
-                      lambda path, mesh, rules: (types.SimpleNamespace(), "graph", {"w": path}))
-  monkeypatch.setattr(pretrain_module, "_with_attention", lambda base_cfg, m, g: (m, g))
+  monkeypatch.setattr(bases, "warmup", fake_warmup)
+  monkeypatch.setattr(bases, "load_imported", lambda base_cfg, mesh, rules, hf_checkpoint="":
+                      (types.SimpleNamespace(), "graph", {"w": hf_checkpoint}, hf_checkpoint))
   for _ in range(2):
-    _, graph, params, path = pretrain_module.resolve_base(base, progress=False)
+    _, graph, params, path = bases.resolve_base(base, progress=False)
     assert path == built.path and params == {"w": built.path} and graph == "graph"
   assert calls == [built.workdir]  # warmed up once, then read from the cache
 
@@ -85,4 +83,4 @@ def test_a_base_experiment_of_another_runner_is_refused(tmp_path):
   config_file.write_text("RUNNER = 'train'\ndef get_config():\n  return {}\n")
   import pytest
   with pytest.raises(ValueError, match=r"base.experiment=.*rl.py' is a 'train' config; a base is built by one of"):
-    pretrain_module.built_base(BaseModelConfig(experiment=str(config_file)))
+    bases.built_base(BaseModelConfig(experiment=str(config_file)))

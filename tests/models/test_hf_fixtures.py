@@ -9,7 +9,7 @@ import pytest
 
 from rlpt.config import BaseModelConfig
 from rlpt.models.hf_fixtures import make_tiny_llama, tiny_llama_config
-from rlpt.pretrain import resolve_base, resolve_tokenizer
+from rlpt.bases import resolve_base, resolve_tokenizer
 from rlpt.sharding import DEFAULT_RULES, make_mesh
 from rlpt.steps import forward_logits
 from rlpt.tokenizers import ByteTokenizer

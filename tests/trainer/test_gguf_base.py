@@ -23,7 +23,7 @@ def test_one_base_source_at_a_time():
 
 def test_smollm2_by_name_is_the_runs_model_tokenizer_and_template():
   from rlpt.checkpoint.manager import model_fingerprint
-  from rlpt.pretrain import resolve_base, resolve_tokenizer
+  from rlpt.bases import resolve_base, resolve_tokenizer
   from rlpt.tokenizers.prompts import prompt_format
 
   path = _smollm2_path()
