@@ -21,13 +21,10 @@ by this config's fingerprint, as the tiny base's pre-training is cached.
 where grpo_hf_import.py:smoke writes it on first use, no download), 4 steps. ``,lora``: rank-8
 adapters, merged into the saved weights.
 
-Measured (2 shared CPU cores, full fine-tuning, ``--config.steps=40``: 5.5
-minutes; demonstration loss 1.00 -> 0.05, token accuracy 0.79 -> 0.97):
-held-out greedy success on 16 eval tasks per domain (instruct prompts in
-SmolLM2's template, 48 new tokens, rlpt.trainer.Trainer.evaluate at step 0)
-went from 1/16 to 9/16 on rlpt/math-mul-easy-v0 and from 2/16 to 10/16 on
-rlpt/math-add-easy-v0: the model learns to end on the "Answer: <n>" line the
-verifier reads (before, it mostly wrote "The answer is 4.").
+Measured (2-core AMD EPYC, one run): SmolLM2's 80 steps
+over the 24 domains took 902 s; demonstration loss 1.57 -> 0.2-0.5, token
+accuracy 0.64 -> 0.83-0.94; mean held-out sampled success on grpo_smollm2's
+seven domains 0.7% -> 35.9% (docs/real_models.md).
 """
 
 import ml_collections
