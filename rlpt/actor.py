@@ -213,8 +213,10 @@ class Actor:
       return None
     multiple = math.lcm(self._row_multiple, max(1, len(tokens_BxL) // 16))
     width = pack_width(max(tokens_BxL.shape[1], self.cfg.max_len))
+    g = self.cfg.group_size
+    group = g if self.cfg.rl.shared_prefix and g > 1 and len(tokens_BxL) % g == 0 else 1
     return Packing.plan(tokens_BxL, loss_mask_BxT, self.cfg.pad_id, multiple, width=width,
-                        ladder=True)
+                        ladder=True, group=group)
 
   def _advantages(self, batch: RolloutBatch, ref_logp, values):
     """Advantages and value targets for a graded batch; applies reward shaping."""
@@ -243,7 +245,8 @@ class Actor:
     prefix, and the minibatches' row orders."""
     return plan_update(batch.tokens, batch.loss_mask, step, seed=self.cfg.seed,
                        minibatches=self.cfg.rl.minibatches, epochs=self.cfg.rl.ppo_epochs,
-                       packing=self._packing, shared_prefix=self.shared_prefix)
+                       packing=self._packing, shared_prefix=self.shared_prefix,
+                       group=self.cfg.group_size if self.cfg.rl.shared_prefix else None)
 
   def update(self, batch: RolloutBatch, step: int) -> dict:
     """RL update ``step`` (1-based) on a graded batch. Returns its metrics:

@@ -10,12 +10,19 @@ update run on tokens, not on padding.
 
 ``segments`` numbers each row's sequences 1, 2, ... (0 is padding); a model
 pass attends within a segment only, with positions restarting at 0 in each
-(rlpt.steps.forward_logits), so every sequence's logits are those it has
-alone. Per-target fields ([.., L-1]: entry i scores token i+1) move with
+(rlpt.steps.segment_positions_and_mask), so every sequence's logits are
+those it has alone. Per-target fields ([.., L-1]: entry i scores token i+1) move with
 their sequence; the target slot after a sequence's last token (the next
 sequence's first token) holds 0, so it never carries loss.
 
-Rows are filled first-fit, longest sequence first (deterministic: ties by
+With ``group`` (GRPO groups: consecutive rows that share a prompt), a group
+is one piece: its shared prefix once, then each member's remaining tokens
+(its branch), attending to the prefix and to itself, so each prompt is scored
+once, not once per sample; ``segments`` then tell prefix from branches (see
+``Packing.segments``). A group longer than a row splits into pieces that fit,
+each with its own copy of the prefix.
+
+Rows are filled first-fit, longest piece first (deterministic: ties by
 index), and their count is rounded up to ``row_multiple`` (batch shards), with
 ``ladder`` further to ``row_ladder``'s next rung, so a run compiles a handful
 of shapes; extra rows are all padding. Packed rows may be wider than the
@@ -52,17 +59,48 @@ def row_ladder(units: int) -> int:
   return -(-u // step) * step
 
 
+# A branch token's segment id: its branch (1, 2, ...) in the high bits, its
+# piece's place in the row in the low bits; a prefix token's is the place alone.
+BRANCH_SHIFT = 16
+
+
+def common_prefix(tokens_GxL: np.ndarray) -> int:
+  """How many first tokens all rows of ``tokens`` share."""
+  same = np.all(tokens_GxL == tokens_GxL[:1], axis=0)
+  return int(np.argmin(same)) if not same.all() else tokens_GxL.shape[1]
+
+
 @dataclasses.dataclass(frozen=True)
 class Packing:
-  """Where each sequence of a [B, L] batch sits in the packed [R, L] rows."""
+  """Where each sequence of a [B, L] batch sits in the packed [R, L] rows.
+
+  A row holds pieces end to end. A piece is one sequence, or (``group``) a
+  GRPO group's shared prefix once followed by each member's own tokens (its
+  branch), each branch attending to the prefix and to itself only, with
+  positions continuing the prefix's: the same logits as the group's rows
+  alone, each prompt scored once instead of once per sample."""
 
   row_B: np.ndarray      # packed row of sequence b
-  offset_B: np.ndarray   # its first token's column
+  offset_B: np.ndarray   # its piece's first column
   length_B: np.ndarray   # its tokens (BOS .. last real token)
-  rank_B: np.ndarray     # its place in its row, 1 for the first (its segment id)
+  rank_B: np.ndarray     # its piece's place in its row, 1 for the first
   num_rows: int          # R, padding rows included
   width: int             # the packed rows' width (>= L)
   batch_width: int       # L
+  # Tokens of b in its piece's shared prefix (all of them for a piece of one
+  # sequence), the first column of its branch, and its branch (0: none).
+  shared_B: np.ndarray | None = None
+  branch_col_B: np.ndarray | None = None
+  branch_B: np.ndarray | None = None
+  real_tokens: int = 0   # the pieces' tokens, padding excluded
+
+  def __post_init__(self):
+    if self.shared_B is None:  # every sequence a piece of its own
+      object.__setattr__(self, "shared_B", np.asarray(self.length_B))
+      object.__setattr__(self, "branch_col_B", self.offset_B + self.length_B)
+      object.__setattr__(self, "branch_B", np.zeros_like(self.length_B))
+    if not self.real_tokens:
+      object.__setattr__(self, "real_tokens", int(np.asarray(self.length_B).sum()))
 
   @staticmethod
   def lengths(tokens_BxL: np.ndarray, loss_mask_BxT: np.ndarray, pad_id: int) -> np.ndarray:
@@ -74,24 +112,64 @@ class Packing:
     last_tgt = np.where(np.asarray(loss_mask_BxT) > 0, cols[:-1], -1).max(axis=1) + 2
     return np.maximum(np.maximum(last_tok, last_tgt), 1).astype(np.int64)
 
+  @staticmethod
+  def shared_lengths(tokens_BxL: np.ndarray, loss_mask_BxT: np.ndarray, length_B: np.ndarray,
+                     group: int) -> np.ndarray:
+    """Per group of ``group`` consecutive rows, how many first tokens its piece
+    holds once: tokens every row shares, with the token after them shared too
+    (the last prefix position predicts it for every branch), and no trained
+    target among them (a shared slot carries one row's per-target values)."""
+    t, m = np.asarray(tokens_BxL), np.asarray(loss_mask_BxT) > 0
+    out = np.zeros(len(t) // group, np.int64)
+    for g in range(len(out)):
+      rows = slice(g * group, (g + 1) * group)
+      n = int(length_B[rows].min())
+      trained = np.where(m[rows].any(axis=0), np.arange(m.shape[1]), m.shape[1]).min()
+      out[g] = max(min(common_prefix(t[rows, :n]) - 1, int(trained)), 0)
+    return out
+
   @classmethod
   def plan(cls, tokens_BxL, loss_mask_BxT, pad_id: int, row_multiple: int = 1,
-           width: int | None = None, ladder: bool = False) -> "Packing":
+           width: int | None = None, ladder: bool = False, group: int = 1) -> "Packing":
     """``width``: of the packed rows (default the batch's, never less);
-    ``ladder``: the row count in units of ``row_multiple`` on ``row_ladder``."""
+    ``ladder``: the row count in units of ``row_multiple`` on ``row_ladder``;
+    ``group``: consecutive rows that may share a prefix (GRPO groups; rows
+    that share nothing pack one piece each)."""
     t = np.asarray(tokens_BxL)
     b, batch_width = t.shape
     if width is not None and width < batch_width:
       raise ValueError(f"packed rows of width {width} cannot hold this batch's rows of "
                        f"width {batch_width}.")
+    if group > 1 and b % group:
+      raise ValueError(f"a batch of {b} rows is not whole groups of {group}.")
     width = batch_width if width is None else int(width)
     length = cls.lengths(t, loss_mask_BxT, pad_id)
-    order = np.lexsort((np.arange(b), -length))  # longest first, ties by index
-    free: list[int] = []                         # room left in each open row
-    count: list[int] = []                        # sequences placed in each row
-    row, offset, rank = (np.zeros(b, np.int64) for _ in range(3))
-    for i in order:
-      n = int(length[i])
+    shared = length.copy()
+    pieces: list[list[int]] = []  # sequences; a piece of several shares its prefix
+    if group > 1:
+      for g, s in enumerate(cls.shared_lengths(t, loss_mask_BxT, length, group)):
+        members = list(range(g * group, (g + 1) * group))
+        if s < 1:
+          pieces += [[i] for i in members]
+          continue
+        shared[members] = s
+        piece, used = [], s
+        for i in members:  # as many branches as fit a row, then a new piece
+          if piece and used + length[i] - s > width:
+            pieces.append(piece)
+            piece, used = [], s
+          piece.append(i)
+          used += length[i] - s
+        pieces.append(piece)
+    else:
+      pieces = [[i] for i in range(b)]
+    size = np.array([shared[p[0]] + sum(int(length[i] - shared[i]) for i in p) for p in pieces])
+    order = np.lexsort((np.arange(len(pieces)), -size))  # longest first, ties by first row
+    free: list[int] = []                                 # room left in each open row
+    count: list[int] = []                                # pieces placed in each row
+    row, offset, rank, branch_col, branch = (np.zeros(b, np.int64) for _ in range(5))
+    for k in order:
+      n = int(size[k])
       for r, room in enumerate(free):
         if room >= n:
           break
@@ -99,27 +177,36 @@ class Packing:
         r = len(free)
         free.append(width)
         count.append(0)
-      row[i], offset[i] = r, width - free[r]
+      start = width - free[r]
       free[r] -= n
       count[r] += 1
-      rank[i] = count[r]
+      col = start + int(shared[pieces[k][0]])
+      for j, i in enumerate(pieces[k]):
+        row[i], offset[i], rank[i] = r, start, count[r]
+        branch_col[i] = col
+        branch[i] = j + 1 if len(pieces[k]) > 1 or shared[i] < length[i] else 0
+        col += int(length[i] - shared[i])
     m = max(int(row_multiple), 1)
     units = -(-max(len(free), 1) // m)
     num_rows = (row_ladder(units) if ladder else units) * m
-    return cls(row, offset, length, rank, num_rows, width, batch_width)
+    return cls(row, offset, length, rank, num_rows, width, batch_width, shared, branch_col, branch,
+               int(size.sum()))
 
   @property
   def fill(self) -> float:
     """Share of the packed rows' tokens that are real (not padding)."""
-    return float(self.length_B.sum()) / (self.num_rows * self.width)
+    return float(self.real_tokens) / (self.num_rows * self.width)
 
   def _index(self, span: np.ndarray):
     """(batch row, batch column, packed row, packed column) of every position
-    j < span[b] of every sequence b."""
+    j < span[b] of every sequence b: its piece's prefix, then its branch."""
     b_idx = np.repeat(np.arange(len(span)), span)
     starts = np.cumsum(span) - span
     col = np.arange(int(span.sum())) - np.repeat(starts, span)
-    return b_idx, col, self.row_B[b_idx], self.offset_B[b_idx] + col
+    shared = self.shared_B[b_idx]
+    packed = np.where(col < shared, self.offset_B[b_idx] + col,
+                      self.branch_col_B[b_idx] + col - shared)
+    return b_idx, col, self.row_B[b_idx], packed
 
   def tokens(self, tokens_BxL, pad_id: int) -> np.ndarray:
     t = np.asarray(tokens_BxL)
@@ -129,14 +216,19 @@ class Packing:
     return out
 
   def segments(self) -> np.ndarray:
-    """[R, L] int32: the k-th sequence of a row is k (by column), padding 0."""
+    """[R, L] int32: a piece's prefix is its place in the row k (by column), a
+    branch ``(branch << BRANCH_SHIFT) | k``, padding 0
+    (rlpt.steps.segment_positions_and_mask reads them)."""
     out = np.zeros((self.num_rows, self.width), np.int32)
-    b, _, r, pc = self._index(self.length_B)
-    out[r, pc] = self.rank_B[b]
+    b, c, r, pc = self._index(self.length_B)
+    in_branch = c >= self.shared_B[b]
+    out[r, pc] = np.where(in_branch, self.branch_B[b] << BRANCH_SHIFT, 0) | self.rank_B[b]
     return out
 
   def pack(self, x_BxT) -> np.ndarray:
-    """A per-target field [B, L-1] in the packed layout [R, L-1] (0 between sequences)."""
+    """A per-target field [B, L-1] in the packed layout [R, L-1] (0 between
+    sequences; a shared prefix's slots hold one member's values, which carry
+    no loss)."""
     x = np.asarray(x_BxT)
     out = np.zeros((self.num_rows, self.width - 1) + x.shape[2:], x.dtype)
     b, c, r, pc = self._index(self.length_B - 1)

@@ -21,6 +21,7 @@ from rlpt.config import OptimConfig
 from rlpt.models import causal_mask, init_cache
 from rlpt.config.model import LoraConfig
 from rlpt.models.lora import apply_lora
+from rlpt.packing import BRANCH_SHIFT
 from rlpt.rl import LossConfig, LossCounts, ValueLossConfig, policy_objective, value_objective
 from rlpt.sampling.logits import SamplingParams
 from rlpt.scoring import token_scores
@@ -143,14 +144,30 @@ def check_packable(cfg) -> None:
 
 
 def segment_positions_and_mask(segments_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Positions restarting at 0 in each segment, and the causal mask within segments."""
+  """Positions and the attention mask of packed rows (rlpt.packing.Packing.segments).
+
+  A piece's prefix tokens (segment k) see the earlier tokens of that prefix,
+  at positions from 0; a branch's (``(branch << BRANCH_SHIFT) | k``) see the
+  whole prefix of piece k and the earlier tokens of their own branch, at
+  positions continuing the prefix's. A piece of one sequence is all prefix:
+  attention within the sequence, positions from 0."""
   b, l = segments_BxL.shape
   idx = jnp.arange(l, dtype=jnp.int32)
-  starts = jnp.concatenate([jnp.ones((b, 1), bool), segments_BxL[:, 1:] != segments_BxL[:, :-1]],
-                           axis=1)
-  first = jax.lax.cummax(jnp.where(starts, idx, 0), axis=1)
-  same = segments_BxL[:, :, None] == segments_BxL[:, None, :]
-  return idx - first, same & (idx[None, None, :] <= idx[None, :, None])
+  piece = segments_BxL & ((1 << BRANCH_SHIFT) - 1)
+  in_branch = segments_BxL >= (1 << BRANCH_SHIFT)
+
+  def first(ids):  # the first column of each token's run of equal ids
+    starts = jnp.concatenate([jnp.ones((b, 1), bool), ids[:, 1:] != ids[:, :-1]], axis=1)
+    return jax.lax.cummax(jnp.where(starts, idx, 0), axis=1)
+
+  seg_first, piece_first = first(segments_BxL), first(piece)
+  # Prefix tokens of the piece up to each column (a branch: all of them).
+  prefix_upto = jnp.cumsum(~in_branch, axis=1, dtype=jnp.int32)
+  before_piece = jnp.take_along_axis(prefix_upto - (~in_branch), piece_first, axis=1)
+  positions = jnp.where(in_branch, idx - seg_first + prefix_upto - before_piece, idx - piece_first)
+  visible = (piece[:, :, None] == piece[:, None, :]) & (
+      (segments_BxL[:, :, None] == segments_BxL[:, None, :]) | ~in_branch[:, None, :])
+  return positions, visible & (idx[None, None, :] <= idx[None, :, None])
 
 
 def _hidden_shared_prefix(model, tokens_BxL: jax.Array, shared: SharedPrefix) -> jax.Array:

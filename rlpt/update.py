@@ -117,18 +117,27 @@ def minibatch_orders(seed: int, step: int, batch_size: int, minibatches: int, ep
 
 def plan_update(tokens_BxL: np.ndarray, loss_mask_BxT: np.ndarray, step: int, *, seed: int,
                 minibatches: int, epochs: int, packing: Callable[..., Packing | None],
-                shared_prefix: Callable[[np.ndarray], SharedPrefix | None]) -> UpdatePlan:
+                shared_prefix: Callable[[np.ndarray], SharedPrefix | None],
+                group: int | None = None) -> UpdatePlan:
   """The layout and the minibatch orders of update ``step``. ``packing(tokens,
-  loss_mask)`` and ``shared_prefix(tokens)`` are the actor's (None: off)."""
+  loss_mask)`` and ``shared_prefix(tokens)`` are the actor's (None: off);
+  ``group``: rows of one prompt, whose prefix packed rows hold once (then
+  minibatches are drawn as whole groups)."""
   packed = packing(tokens_BxL, loss_mask_BxT)
   shared = None if packed is not None else shared_prefix(tokens_BxL)
-  metrics = {"batch/shared_prefix": float(shared.length if shared else 0),
+  if shared is not None:
+    prefix = float(shared.length)
+  elif packed is not None and packed.branch_B.any():
+    prefix = float(packed.shared_B[packed.branch_B > 0].mean())  # mean over the branches
+  else:
+    prefix = 0.0
+  metrics = {"batch/shared_prefix": prefix,
              # Token positions the reference pass and each update run (padding included).
              "batch/pass_tokens": float(tokens_BxL.size if packed is None else packed.num_rows * packed.width)}
   if packed is not None:
     metrics.update({"batch/packed_rows": float(packed.num_rows), "batch/packing_fill": packed.fill})
-  orders = minibatch_orders(seed, step, len(tokens_BxL), minibatches, epochs,
-                            None if shared is None else shared.group)
+  keep = shared.group if shared is not None else group if packed is not None else None
+  orders = minibatch_orders(seed, step, len(tokens_BxL), minibatches, epochs, keep)
   return UpdatePlan(packed, shared, orders, minibatches, metrics)
 
 

@@ -9,11 +9,11 @@ import pytest
 from flax import nnx
 
 from rlpt.models import ModelConfig, Transformer
-from rlpt.packing import Packing, pack_width, row_ladder
+from rlpt.packing import BRANCH_SHIFT, Packing, pack_width, row_ladder
 from rlpt.rl import LossConfig, LossCounts, is_per_token, loss_counts
 from rlpt.sampling import SamplingParams
 from rlpt.steps import (RLBatch, check_packable, init_train_state, rl_train_step,
-                        sequence_logprobs)
+                        segment_positions_and_mask, sequence_logprobs)
 
 PAD = 0
 CFG = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -29,6 +29,67 @@ def _batch(rng, b=12, l=20):
     p = rng.integers(1, n)  # prompt length: targets p..n-1 are trained
     mask[i, p - 1:n - 1] = 1.0
   return tokens, mask
+
+
+def _groups(rng, groups=4, g=4, l=24, prompt=(6, 12), same_start=0):
+  """GRPO-like rows: each group's rows share a prompt (trained from its end on),
+  then differ (their first ``same_start`` completion tokens equal)."""
+  tokens = np.zeros((groups * g, l), np.int32)
+  mask = np.zeros((groups * g, l - 1), np.float32)
+  for k in range(groups):
+    p = int(rng.integers(*prompt))
+    head = rng.integers(1, CFG.vocab_size, p + same_start)
+    for j in range(g):
+      i = k * g + j
+      n = int(rng.integers(p + same_start + 1, l + 1))
+      tokens[i, :p + same_start] = head
+      tokens[i, p + same_start:n] = rng.integers(1, CFG.vocab_size, n - p - same_start)
+      mask[i, p - 1:n - 1] = 1.0
+  return tokens, mask
+
+
+def test_groups_pack_their_prompt_once_and_round_trip():
+  rng = np.random.default_rng(3)
+  tokens, mask = _groups(rng, same_start=2)
+  tree = Packing.plan(tokens, mask, PAD, width=96, group=4)  # a group fits a row
+  lengths = Packing.lengths(tokens, mask, PAD)
+  # Each group's prompt tokens are held once: its first trained target bounds the prefix.
+  prompts = np.array([np.argmax(mask[i] > 0) for i in range(0, 16, 4)])
+  np.testing.assert_array_equal(tree.shared_B.reshape(4, 4), np.repeat(prompts[:, None], 4, 1))
+  assert tree.real_tokens == lengths.sum() - 3 * prompts.sum() == int((tree.segments() > 0).sum())
+  packed, seg = tree.tokens(tokens, PAD), tree.segments()
+  for i in range(16):
+    s, r = tree.shared_B[i], tree.row_B[i]
+    np.testing.assert_array_equal(packed[r, tree.offset_B[i]:tree.offset_B[i] + s], tokens[i, :s])
+    c = tree.branch_col_B[i]
+    np.testing.assert_array_equal(packed[r, c:c + lengths[i] - s], tokens[i, s:lengths[i]])
+    assert (seg[r, c:c + lengths[i] - s] == (tree.branch_B[i] << BRANCH_SHIFT | tree.rank_B[i])).all()
+  np.testing.assert_array_equal(tree.unpack(tree.pack(mask)), mask)
+  vals = rng.normal(size=mask.shape).astype(np.float32) * mask
+  np.testing.assert_array_equal(tree.unpack(tree.pack(vals)), vals)
+  with pytest.raises(ValueError, match="16 rows is not whole groups of 5"):
+    Packing.plan(tokens, mask, PAD, group=5)
+
+
+def test_a_group_too_long_for_a_row_is_split_into_pieces_that_fit():
+  rng = np.random.default_rng(4)
+  tokens, mask = _groups(rng, groups=2, g=8, l=24, prompt=(10, 12))
+  tree = Packing.plan(tokens, mask, PAD, group=8)
+  assert len({(tree.row_B[i], tree.offset_B[i]) for i in range(8)}) > 1  # several pieces
+  seg = tree.segments()
+  assert (seg > 0).sum() == tree.real_tokens <= tree.num_rows * tree.width
+  np.testing.assert_array_equal(tree.unpack(tree.pack(mask)), mask)
+
+
+def test_positions_and_mask_of_a_shared_prefix_and_its_branches():
+  # Row: piece 1 = prefix [a b] + branches [c d] and [e]; piece 2 = one sequence [f g]; a pad.
+  b1, b2 = (1 << BRANCH_SHIFT) | 1, (2 << BRANCH_SHIFT) | 1
+  seg = jnp.asarray([[1, 1, b1, b1, b2, 2, 2, 0]], jnp.int32)
+  positions, mask = segment_positions_and_mask(seg)
+  np.testing.assert_array_equal(positions[0], [0, 1, 2, 3, 2, 0, 1, 0])
+  sees = {q: [k for k in range(8) if mask[0, q, k]] for q in range(8)}
+  assert sees == {0: [0], 1: [0, 1], 2: [0, 1, 2], 3: [0, 1, 2, 3], 4: [0, 1, 4],
+                  5: [5], 6: [5, 6], 7: [7]}
 
 
 def test_layout_round_trips_and_fills_rows():
@@ -107,18 +168,22 @@ def test_a_full_row_and_a_pad_token_inside_a_completion():
     LossConfig(policy_loss="dual_clip", kl_beta=0.0, aggregation="seq-mean-token-sum-norm",
                norm_len=16, entropy_coef=0.01),
 ], ids=["ppo_token_mean", "dual_clip_dr_grpo"])
-def test_packed_logprobs_and_update_equal_one_sequence_per_row(loss_cfg):
+@pytest.mark.parametrize("group", [1, 4], ids=["sequences", "groups"])
+def test_packed_logprobs_and_update_equal_one_sequence_per_row(loss_cfg, group):
   """Log-probs 1e-5; updated parameters 1e-6 and the metrics 1e-5 (one AdamW
-  step of lr 1e-3 moves the weights by about 1e-3)."""
+  step of lr 1e-3 moves the weights by about 1e-3). ``groups``: GRPO groups
+  whose prompt (and first completion token) the packed rows hold once."""
   assert is_per_token(loss_cfg)
   rng = np.random.default_rng(1)
-  tokens, mask = _batch(rng)
+  tokens, mask = _batch(rng) if group == 1 else _groups(rng, groups=3, same_start=1, l=20)
   graphdef, params = nnx.split(Transformer(CFG, nnx.Rngs(0)))
   sampling = SamplingParams(1.0)
   check_packable(CFG)
   plain = np.asarray(sequence_logprobs(graphdef, params, jnp.asarray(tokens), sampling))
-  p = Packing.plan(tokens, mask, PAD, row_multiple=2, width=pack_width(tokens.shape[1]))
+  p = Packing.plan(tokens, mask, PAD, row_multiple=2, width=pack_width(tokens.shape[1]),
+                   group=group)
   assert p.num_rows < len(tokens) and p.width > tokens.shape[1]
+  assert (p.branch_B > 0).all() == (group > 1)
   got = sequence_logprobs(graphdef, params, jnp.asarray(p.tokens(tokens, PAD)), sampling,
                           segments_BxL=jnp.asarray(p.segments()))
   m = mask > 0

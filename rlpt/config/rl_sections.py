@@ -334,8 +334,9 @@ class RLConfig:
   tis_in_step: bool = True
   # The reference pass, old log-probs and the update run each GRPO group's
   # shared prompt once instead of once per sample (same log-probs and
-  # gradients; rlpt.steps.SharedPrefix). With minibatches > 1, minibatches
-  # are then drawn as whole groups.
+  # gradients): in packed rows, the group's prefix once followed by each
+  # sample's tokens (rlpt.packing), else rlpt.steps.SharedPrefix. With
+  # minibatches > 1, minibatches are then drawn as whole groups.
   shared_prefix: bool = True
   # The reference, scoring and update passes run on packed rows (rlpt.packing:
   # each sequence's real tokens end to end, attention within a sequence; the

@@ -123,6 +123,24 @@ def test_shared_prefix_scoring_and_update_equal_plain(trainer):
   assert abs(float(out[shared][1]["grad_norm"]) / float(out[None][1]["grad_norm"]) - 1) < 1e-4
 
 
+def test_packed_groups_score_their_prompt_once_and_equal_plain(trainer):
+  """The update's packed rows hold each group's prompt once (rl.shared_prefix
+  with rl.pack_sequences): the reference pass on them gives every trained
+  token of a grouped multi-turn batch its plain log-prob (2e-5)."""
+  t = trainer
+  tasks = t.rollout.task_stream.next_tasks(t.rollout.domain_sampler)
+  tasks_b = [x for x in tasks for _ in range(t.cfg.rollout.group_size)]
+  seq, _, _, _ = t.rollout.episodes(tasks_b, t.rollout.sampling, grouped=True)
+  mask = np.asarray(seq.loss_mask, np.float32)
+  packing = t.actor._packing(seq.tokens, mask)
+  assert (packing.branch_B > 0).any() and packing.real_tokens < packing.length_B.sum()
+  plain = np.asarray(t.actor.logprobs(t.actor.ref_params, seq.tokens))
+  got = packing.unpack(np.asarray(t.actor.logprobs(
+      t.actor.ref_params, packing.tokens(seq.tokens, t.actor.cfg.pad_id), segments_BxL=packing.segments())))
+  m = mask > 0
+  np.testing.assert_allclose(got[m], plain[m], atol=2e-5, rtol=0)
+
+
 def test_train_step_reports_turns(trainer):
   m = trainer.train_step()
   assert m["rollout/turns"] > 1.0
