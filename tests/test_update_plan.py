@@ -71,3 +71,28 @@ def test_a_shared_prefix_is_planned_when_rows_do_not_pack():
   assert plan.metrics["batch/pass_tokens"] == batch.tokens.size
   mini, idx = minibatch(batch, plan, 0, 0, PAD, lambda t, m: None)
   assert (idx == np.arange(8)).all() and (mini.tokens == batch.tokens).all()
+
+
+def test_packed_groups_keep_their_prompt_once_in_every_minibatch():
+  """Packing with groups (rl.shared_prefix with packed rows): minibatches are
+  whole groups, each packed with its group's prompt once."""
+  rng = np.random.default_rng(1)
+  tokens = np.zeros((8, 12), np.int32)
+  mask = np.zeros((8, 11), np.float32)
+  for g in range(2):
+    prompt = rng.integers(1, 50, 5)
+    for j in range(4):
+      i = 4 * g + j
+      tokens[i, :5], tokens[i, 5:9] = prompt, rng.integers(1, 50, 4)
+      mask[i, 4:8] = 1.0
+  batch = RLBatch(tokens, mask, mask * 0.5, mask * 0.25, mask)
+  packing = lambda t, m: Packing.plan(t, m, PAD, width=32, group=4)
+  plan = plan_update(tokens, mask, 2, seed=0, minibatches=2, epochs=1, packing=packing,
+                     shared_prefix=lambda t: None, group=4)
+  # Prompts of 5 tokens, the first trained target scoring the 5th: 4 tokens held once.
+  assert plan.metrics["batch/shared_prefix"] == 4.0
+  assert plan.packing.real_tokens == 8 * 9 - 2 * 3 * 4
+  for k in range(2):
+    mini, idx = minibatch(batch, plan, 0, k, PAD, packing)
+    assert sorted(idx // 4) == [idx[0] // 4] * 4  # one whole group
+    assert (mini.segments > 0).sum() == 4 + 4 * 5 and mini.loss_mask.sum() == 16
