@@ -89,7 +89,7 @@ def test_packed_groups_keep_their_prompt_once_in_every_minibatch():
   packing = lambda t, m: Packing.plan(t, m, PAD, width=32, group=4)
   plan = plan_update(tokens, mask, 2, seed=0, minibatches=2, epochs=1, packing=packing,
                      shared_prefix=lambda t: None, group=4)
-  # Prompts of 5 tokens, the first trained target scoring the 5th: 4 tokens held once.
+  # Prompts of 5 tokens: 4 held once (the 5th predicts each sample's first token).
   assert plan.metrics["batch/shared_prefix"] == 4.0
   assert plan.packing.real_tokens == 8 * 9 - 2 * 3 * 4
   for k in range(2):
