@@ -129,6 +129,31 @@ class Packing:
     return out
 
   @classmethod
+  def _pieces(cls, tokens_BxL, loss_mask_BxT, length_B, group: int, width: int):
+    """(pieces, tokens of each sequence held in its piece's prefix): a piece
+    lists its sequences; one of several shares their prefix and holds as many
+    branches as fit a row of ``width``."""
+    shared = length_B.copy()
+    if group == 1:
+      return [[i] for i in range(len(length_B))], shared
+    pieces: list[list[int]] = []
+    for g, s in enumerate(cls.shared_lengths(tokens_BxL, loss_mask_BxT, length_B, group)):
+      members = list(range(g * group, (g + 1) * group))
+      if s < 1:
+        pieces += [[i] for i in members]
+        continue
+      shared[members] = s
+      piece, used = [], s
+      for i in members:
+        if piece and used + length_B[i] - s > width:
+          pieces.append(piece)
+          piece, used = [], s
+        piece.append(i)
+        used += length_B[i] - s
+      pieces.append(piece)
+    return pieces, shared
+
+  @classmethod
   def plan(cls, tokens_BxL, loss_mask_BxT, pad_id: int, row_multiple: int = 1,
            width: int | None = None, ladder: bool = False, group: int = 1) -> "Packing":
     """``width``: of the packed rows (default the batch's, never less);
@@ -144,25 +169,7 @@ class Packing:
       raise ValueError(f"a batch of {b} rows is not whole groups of {group}.")
     width = batch_width if width is None else int(width)
     length = cls.lengths(t, loss_mask_BxT, pad_id)
-    shared = length.copy()
-    pieces: list[list[int]] = []  # sequences; a piece of several shares its prefix
-    if group > 1:
-      for g, s in enumerate(cls.shared_lengths(t, loss_mask_BxT, length, group)):
-        members = list(range(g * group, (g + 1) * group))
-        if s < 1:
-          pieces += [[i] for i in members]
-          continue
-        shared[members] = s
-        piece, used = [], s
-        for i in members:  # as many branches as fit a row, then a new piece
-          if piece and used + length[i] - s > width:
-            pieces.append(piece)
-            piece, used = [], s
-          piece.append(i)
-          used += length[i] - s
-        pieces.append(piece)
-    else:
-      pieces = [[i] for i in range(b)]
+    pieces, shared = cls._pieces(t, loss_mask_BxT, length, group, width)
     size = np.array([shared[p[0]] + sum(int(length[i] - shared[i]) for i in p) for p in pieces])
     order = np.lexsort((np.arange(len(pieces)), -size))  # longest first, ties by first row
     free: list[int] = []                                 # room left in each open row
