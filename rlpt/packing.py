@@ -64,10 +64,12 @@ def row_ladder(units: int) -> int:
 BRANCH_SHIFT = 16
 
 
-def common_prefix(tokens_GxL: np.ndarray) -> int:
-  """How many first tokens all rows of ``tokens`` share."""
-  same = np.all(tokens_GxL == tokens_GxL[:1], axis=0)
-  return int(np.argmin(same)) if not same.all() else tokens_GxL.shape[1]
+def group_prefixes(tokens_BxL: np.ndarray, group: int) -> np.ndarray:
+  """Per group of ``group`` consecutive rows, how many first tokens all its rows share."""
+  t = np.asarray(tokens_BxL)
+  b, l = t.shape
+  same = np.all(t.reshape(b // group, group, l) == t[::group, None, :], axis=1)
+  return np.argmin(np.concatenate([same, np.zeros((b // group, 1), bool)], axis=1), axis=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,18 +91,10 @@ class Packing:
   batch_width: int       # L
   # Tokens of b in its piece's shared prefix (all of them for a piece of one
   # sequence), the first column of its branch, and its branch (0: none).
-  shared_B: np.ndarray | None = None
-  branch_col_B: np.ndarray | None = None
-  branch_B: np.ndarray | None = None
-  real_tokens: int = 0   # the pieces' tokens, padding excluded
-
-  def __post_init__(self):
-    if self.shared_B is None:  # every sequence a piece of its own
-      object.__setattr__(self, "shared_B", np.asarray(self.length_B))
-      object.__setattr__(self, "branch_col_B", self.offset_B + self.length_B)
-      object.__setattr__(self, "branch_B", np.zeros_like(self.length_B))
-    if not self.real_tokens:
-      object.__setattr__(self, "real_tokens", int(np.asarray(self.length_B).sum()))
+  shared_B: np.ndarray
+  branch_col_B: np.ndarray
+  branch_B: np.ndarray
+  real_tokens: int       # the pieces' tokens, padding excluded
 
   @staticmethod
   def lengths(tokens_BxL: np.ndarray, loss_mask_BxT: np.ndarray, pad_id: int) -> np.ndarray:
@@ -119,14 +113,12 @@ class Packing:
     holds once: tokens every row shares, with the token after them shared too
     (the last prefix position predicts it for every branch), and no trained
     target among them (a shared slot carries one row's per-target values)."""
-    t, m = np.asarray(tokens_BxL), np.asarray(loss_mask_BxT) > 0
-    out = np.zeros(len(t) // group, np.int64)
-    for g in range(len(out)):
-      rows = slice(g * group, (g + 1) * group)
-      n = int(length_B[rows].min())
-      trained = np.where(m[rows].any(axis=0), np.arange(m.shape[1]), m.shape[1]).min()
-      out[g] = max(min(common_prefix(t[rows, :n]) - 1, int(trained)), 0)
-    return out
+    m = np.asarray(loss_mask_BxT) > 0
+    g = len(m) // group
+    common = np.minimum(group_prefixes(tokens_BxL, group), length_B.reshape(g, group).min(axis=1))
+    trained = m.reshape(g, group, -1).any(axis=1)
+    first_trained = np.where(trained.any(axis=1), trained.argmax(axis=1), m.shape[1])
+    return np.maximum(np.minimum(common - 1, first_trained), 0).astype(np.int64)
 
   @classmethod
   def _pieces(cls, tokens_BxL, loss_mask_BxT, length_B, group: int, width: int):
@@ -191,7 +183,7 @@ class Packing:
       for j, i in enumerate(pieces[k]):
         row[i], offset[i], rank[i] = r, start, count[r]
         branch_col[i] = col
-        branch[i] = j + 1 if len(pieces[k]) > 1 or shared[i] < length[i] else 0
+        branch[i] = j + 1 if shared[i] < length[i] else 0  # a prefix holds <= all but one
         col += int(length[i] - shared[i])
     m = max(int(row_multiple), 1)
     units = -(-max(len(free), 1) // m)

@@ -21,7 +21,7 @@ from rlpt.config import OptimConfig
 from rlpt.models import causal_mask, init_cache
 from rlpt.config.model import LoraConfig
 from rlpt.models.lora import apply_lora
-from rlpt.packing import BRANCH_SHIFT
+from rlpt.packing import BRANCH_SHIFT, group_prefixes
 from rlpt.rl import LossConfig, LossCounts, ValueLossConfig, policy_objective, value_objective
 from rlpt.sampling.logits import SamplingParams
 from rlpt.scoring import token_scores
@@ -199,9 +199,7 @@ def find_shared_prefix(tokens_BxL, group: int, multiple: int = 16) -> SharedPref
   b, l = t.shape
   if group < 2 or b % group:
     return None
-  same = np.all(t.reshape(b // group, group, l) == t[::group, None, :], axis=1)
-  first_diff = np.argmin(np.concatenate([same, np.zeros((b // group, 1), bool)], axis=1), axis=1)
-  n = min(int(first_diff.min()), l - 2) // multiple * multiple
+  n = min(int(group_prefixes(t, group).min()), l - 2) // multiple * multiple
   return SharedPrefix(n, group) if n > 0 else None
 
 
