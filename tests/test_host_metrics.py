@@ -1,5 +1,7 @@
 """rlpt.device.host_metrics: resident memory against /proc, a run's compiles counted."""
 
+import gc
+
 import jax
 import numpy as np
 
@@ -27,10 +29,19 @@ def test_compiles_are_counted_once_per_new_shape_by_the_pool_running_them():
 
 
 def test_resident_memory_follows_an_allocation():
-  base = device.resident_mib()
-  with open("/proc/self/smaps_rollup") as f:
-    rss = [int(line.split()[1]) / 1024 for line in f if line.startswith("Rss:")][0]
-  assert abs(base - rss) < 64  # the same figure, read a moment apart
-  block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
-  assert device.resident_mib() - base > 48
-  del block
+  # Earlier tests leave garbage whose collection, set off by any allocation,
+  # can hand back tens of MiB between two readings: collect it first and keep
+  # the collector off while measuring, and allocate far more than that noise.
+  gc.collect()
+  gc.disable()
+  try:
+    base = device.resident_mib()
+    with open("/proc/self/smaps_rollup") as f:
+      rss = [int(line.split()[1]) / 1024 for line in f if line.startswith("Rss:")][0]
+    assert abs(base - rss) < 64  # the same figure, read a moment apart
+    block = np.ones(256 * 2**20 // 8)  # 256 MiB, touched
+    grown = device.resident_mib() - base
+    del block
+    assert grown > 192, grown
+  finally:
+    gc.enable()
