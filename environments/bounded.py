@@ -81,7 +81,7 @@ def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
 
-_BOUNDED_ID_RE = re.compile(r"-p\d+(-d\d+)?-v\d+$")
+_BOUNDED_ID_RE = re.compile(r"-p(\d+)(?:-d(\d+))?-v(\d+)$")
 
 
 def is_bounded_id(domain_id: str) -> bool:
@@ -95,6 +95,25 @@ def bounded_id(domain_id: str, max_prompt_chars: int, max_demo_chars: int | None
         raise ValueError(f"domain id {domain_id!r} does not end in -v<N>")
     demo = f"-d{max_demo_chars}" if max_demo_chars is not None else ""
     return f"{stem}-p{max_prompt_chars}{demo}-v{version}"
+
+
+def register_id(domain_id: str) -> registry.DomainSpec:
+    """The spec of `domain_id`, registering it first when it is a `bounded_id`
+    cut not registered in this process yet (a process that grades a run's
+    domains without loading its config: ``rlpt/rg-chain-sum-easy-p400-v0`` is
+    ``register_bounded("rlpt/rg-chain-sum-easy-v0", 400)``)."""
+    if registry.is_registered(domain_id):
+        return registry.get(domain_id)
+    match = _BOUNDED_ID_RE.search(domain_id)
+    if match is None:
+        return registry.get(domain_id)  # raises, naming close matches
+    prompt, demo, version = match.groups()
+    base = f"{domain_id[:match.start()]}-v{version}"
+    try:
+        return register_bounded(base, int(prompt), int(demo) if demo is not None else None)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"{domain_id!r} is a bounded cut of {base!r}, which cannot be "
+                         f"registered: {e}") from None
 
 
 def probe(domain: registry.Domain, max_prompt_chars: int, max_demo_chars: int | None = None,

@@ -118,7 +118,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import types
 import time
 
 import numpy as np
@@ -130,12 +129,14 @@ sys.path.insert(0, HERE)
 
 from absl import app, flags  # noqa: E402
 
+JOBS = {"tiny": "experiments/grpo_default.py", "smollm2": "experiments/grpo_smollm2.py"}
+
 _STEPS = flags.DEFINE_integer("steps", 200, "Training steps of each system.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 25, "Held-out evaluation every this many steps.")
 _EVAL_TASKS = flags.DEFINE_integer("eval_tasks_per_domain", 64, "Held-out tasks per domain.")
 _SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds; each runs both systems once.")
-_WORKDIR = flags.DEFINE_string("workdir", os.path.join(ROOT, ".cache", "peers", "main_job"),
-                               "Where the export, the runs and the results go.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where the export, the runs and the results go "
+                               "(default .cache/peers/main_job, main_job_smollm2 for that job).")
 _OUT = flags.DEFINE_string("out", None, "JSON of all figures (default WORKDIR/result.json); the "
                            "PNG goes next to it.")
 _VENV = flags.DEFINE_string("trl_venv", os.path.join(ROOT, ".peers", "trl"),
@@ -144,16 +145,23 @@ _THREADS = flags.DEFINE_integer("threads", 2, "torch threads of the TRL run.")
 _TIMEOUT = flags.DEFINE_integer("timeout_s", 7200, "Limit for one system's run.")
 _REUSE = flags.DEFINE_bool("reuse", False, "Reuse a seed's finished runs in WORKDIR when they "
                            "were made with the same settings.")
+_JOB = flags.DEFINE_enum(
+    "job", "tiny", list(JOBS),
+    "The rlpt job both systems run: 'tiny', experiments/grpo_default.py on the built-in tiny "
+    "base; 'smollm2', experiments/grpo_smollm2.py (SmolLM2-135M-Instruct after its warm-up, "
+    "chat template, LoRA).")
 _RLPT_MODEL = flags.DEFINE_enum(
     "rlpt_model", "export", ["export", "native"],
-    "What rlpt trains: 'export', the Hugging Face export TRL trains (an untied Llama head, "
-    "imported with --config.base.hf_checkpoint: the same parameters on both sides); 'native', "
-    "rlpt's own base (its head tied to the embedding and scaled), as the main job runs.")
+    "What rlpt trains on the tiny job: 'export', the Hugging Face export TRL trains (an untied "
+    "Llama head, imported with --config.base.hf_checkpoint: the same parameters on both sides); "
+    "'native', rlpt's own base (its head tied to the embedding and scaled), as the main job "
+    "runs. A warmed-up real model's base is a Hugging Face checkpoint already: both systems "
+    "load that directory.")
 _WAIT = flags.DEFINE_bool("wait", True, "Before each run, wait while other training runs "
                           "(launch.train, main_job_seeds) are on the machine.")
 
-CONFIG = "experiments/grpo_default.py"
 CHECK_PROMPTS, WARMUP = 4, 2
+CHECK_ATOL = 1e-3  # fp32 last-position logits, rlpt (XLA) vs transformers (PyTorch)
 BUSY_PATTERNS = ("main_job_seeds", "launch.train")
 NAMES = {"rlpt": "rlpt", "trl": "TRL"}
 
@@ -161,43 +169,72 @@ NAMES = {"rlpt": "rlpt", "trl": "TRL"}
 # -- inputs --------------------------------------------------------------------
 
 
+def config_path() -> str:
+  return JOBS[_JOB.value]
+
+
 def job_config():
-  from experiments import grpo_default
-  return grpo_default.get_config()
+  from rlpt.bases import load_experiment_config
+  return load_experiment_config(os.path.join(ROOT, config_path()))
 
 
 def cache_dir() -> str:
   return os.path.join(ROOT, ".cache", "rlpt", "bases")
 
 
-def base_path() -> str:
-  """The cached base grpo_default trains from, found as rlpt.bases.resolve_base does."""
+def base_cfg():
+  """The job's base section, its cache here."""
+  import ml_collections
+  base = ml_collections.ConfigDict(job_config().base.to_dict())
+  base.cache_dir = cache_dir()
+  return base
+
+
+def built():
+  """The cached base the job trains from (rlpt.bases.built_base), built if missing."""
   from rlpt.bases import built_base
-  base = job_config().base
-  path = built_base(types.SimpleNamespace(experiment=base.experiment, arg=base.arg,
-                                          cache_dir=cache_dir())).path
-  if not os.path.exists(os.path.join(path, "model.json")):
-    raise SystemExit(f"no cached base at {path}: build it with `make train` (or "
-                     f"python -m launch.pretrain --config={base.experiment}).")
-  return path
+  b = built_base(base_cfg())
+  if not os.path.exists(os.path.join(b.path, "config.json" if b.runner == "warmup" else
+                                     "model.json")):
+    raise SystemExit(f"no cached base at {b.path}: build it with `make train` (the tiny base) or "
+                     f"`make train-smollm2` (the warm-up), or python -m launch.{b.runner} "
+                     f"--config={base_cfg().experiment}.")
+  return b
 
 
-def export_base(directory: str, prompts: list[str]) -> dict:
+def prompt_format():
+  from rlpt.bases import resolve_tokenizer
+  from rlpt.tokenizers.prompts import prompt_format as make
+  ro = job_config().rollout
+  return make(resolve_tokenizer(base_cfg()), ro.chat_template, ro.system_prompt)
+
+
+def make_kwargs(domains) -> dict[str, dict]:
+  """Each domain's gymnasium.make options, as rlpt's EnvPool passes them."""
+  style = job_config().env.prompt_style
+  return {d: ({"prompt_style": style} if style != "bare" else {}) for d in domains}
+
+
+def export_base(directory: str, check_ids: list[list[int]]) -> dict:
   """The base as a Hugging Face checkpoint with tokenizer, and rlpt's logits for
-  CHECK_PROMPTS prompts cut to a common length: {"model", "check"}."""
-  from rlpt.checkpoint import load_model
+  the first CHECK_PROMPTS prompt ids cut to a common length: {"model", "base",
+  "check"}. A warm-up's base is a Hugging Face checkpoint already (both sides
+  load it); the tiny base is exported with its byte tokenizer."""
+  from rlpt.bases import resolve_base
   from rlpt.models.hf import save_hf_checkpoint
   from rlpt.tokenizers.byte import ByteTokenizer
   from shared import check_logits
 
-  tok = ByteTokenizer()
-  path = base_path()
-  cfg, _, params, _ = load_model(path)
-  model_dir = save_hf_checkpoint(os.path.join(directory, "base_hf"), params, cfg, tokenizer=tok)
-  ids = [[tok.bos_id] + tok.encode(p) for p in prompts[:CHECK_PROMPTS]]
-  width = min(len(x) for x in ids)
-  tokens = np.asarray([x[:width] for x in ids], np.int32)
-  return {"model": model_dir, "base": path,
+  b = built()
+  cfg, _, params, _ = resolve_base(base_cfg(), progress=False)
+  if b.runner == "warmup":
+    model_dir = b.path
+  else:
+    model_dir = save_hf_checkpoint(os.path.join(directory, "base_hf"), params, cfg,
+                                   tokenizer=ByteTokenizer())
+  width = min(len(x) for x in check_ids[:CHECK_PROMPTS])
+  tokens = np.asarray([x[:width] for x in check_ids[:CHECK_PROMPTS]], np.int32)
+  return {"model": model_dir, "base": b.path,
           "check": {"tokens": tokens.tolist(), "logits": check_logits(cfg, params, tokens).tolist()}}
 
 
@@ -206,16 +243,49 @@ def eval_task_list(domains, per_domain: int) -> list[list]:
   return [list(t) for t in eval_tasks(domains, per_domain, seed=job_config().eval.seed)]
 
 
-def prompts_of(tasks) -> list[str]:
+def prompts_of(tasks, domains) -> dict:
+  """{"tasks", "texts", "ids"}: each task's prompt (``env.reset(seed, split)``'s
+  observation) and the ids rlpt's prompt format gives it."""
   import gymnasium
 
   import environments  # noqa: F401
-  envs = {}
-  out = []
+  kwargs = make_kwargs(domains)
+  fmt = prompt_format()
+  envs, texts = {}, []
   for domain, seed, split in tasks:
-    env = envs.setdefault(domain, gymnasium.make(domain, disable_env_checker=True))
-    out.append(env.reset(seed=int(seed), options={"split": split})[0])
-  return out
+    env = envs.setdefault(domain, gymnasium.make(domain, disable_env_checker=True,
+                                                 **kwargs[domain]))
+    texts.append(env.reset(seed=int(seed), options={"split": split})[0])
+  return {"tasks": [list(t) for t in tasks], "texts": texts,
+          "ids": [fmt.prompt_ids(t) for t in texts]}
+
+
+def trl_settings(domains) -> dict:
+  """The job's settings TRL is given (main_job_trl.py), from the rlpt config;
+  raises where TRL's GRPO has no equal of the job's choice."""
+  from rlpt.tokenizers.byte import ByteTokenizer
+  c = job_config()
+  rl, ro, opt = c.rl, c.rollout, c.optim
+  want = {"advantage": "grpo", "policy_loss": "ppo_clip", "kl_estimator": "k3",
+          "aggregation": "token-mean"}
+  off = {k: rl[k] for k, v in want.items() if rl[k] != v}
+  if off or opt.decay != "constant":
+    raise SystemExit(f"{config_path()}: TRL is set up for {want} and a constant rate after the "
+                     f"warm-up; the job has {off or {'optim.decay': opt.decay}}.")
+  fmt = prompt_format()
+  return {
+      "per_step": ro.batch_size // ro.group_size, "group": ro.group_size,
+      "max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature,
+      "learning_rate": opt.learning_rate, "warmup_steps": opt.warmup_steps,
+      "weight_decay": opt.weight_decay, "b1": opt.b1, "b2": opt.b2, "grad_clip": opt.grad_clip,
+      "clip_eps": rl.clip_eps, "kl_beta": rl.kl_beta,
+      "lora": ({"rank": c.lora.rank, "alpha": c.lora.alpha, "targets": list(c.lora.targets)}
+               if c.lora.rank else None),
+      "stop_ids": [int(i) for i in fmt.stop_ids], "pad_id": int(fmt.tokenizer.pad_id),
+      "chat": fmt.template is not None, "byte_level": isinstance(fmt.tokenizer, ByteTokenizer),
+      "make_kwargs": make_kwargs(domains), "rlpt_python": sys.executable,
+      "check_atol": CHECK_ATOL,
+  }
 
 
 # -- runs ----------------------------------------------------------------------
@@ -273,18 +343,18 @@ def stamp(directory: str, want: dict) -> None:
 
 
 def run_rlpt(seed_dir: str, seed: int, model_dir: str) -> dict:
-  native = _RLPT_MODEL.value == "native"
-  work = os.path.join(seed_dir, "rlpt" if native else "rlpt_export")
-  want = {**settings(seed), "rlpt_model": _RLPT_MODEL.value}
+  export = _JOB.value == "tiny" and _RLPT_MODEL.value == "export"
+  work = os.path.join(seed_dir, "rlpt_export" if export else "rlpt")
+  want = {**settings(seed), "rlpt_model": "export" if export else "native"}
   if not reusable(work, want, os.path.join(work, "export", "hf", "config.json")):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    cmd = [sys.executable, "-m", "launch.train", f"--config={CONFIG}", f"--workdir={work}",
+    cmd = [sys.executable, "-m", "launch.train", f"--config={config_path()}", f"--workdir={work}",
            f"--config.base.cache_dir={cache_dir()}", f"--config.steps={_STEPS.value}",
            f"--config.seed={seed}", f"--config.eval.every={_EVAL_EVERY.value}",
            f"--config.eval.tasks_per_domain={_EVAL_TASKS.value}", "--config.checkpoint.every=0",
            "--config.progress=False", "--compilation_cache="]  # every run compiles, as a first one
-    if not native:
+    if export:
       cmd.append(f"--config.base.hf_checkpoint={model_dir}")
     print(f"seed {seed}: rlpt: {' '.join(cmd[1:])}", flush=True)
     wall = run_logged(cmd, os.path.join(seed_dir, os.path.basename(work) + ".log"), "rlpt")
@@ -307,7 +377,7 @@ def run_rlpt(seed_dir: str, seed: int, model_dir: str) -> dict:
           "export": os.path.join(work, "export", "hf")}
 
 
-def run_trl(seed_dir: str, seed: int, base: dict, domains, eval_tasks, rlpt: dict) -> dict:
+def run_trl(seed_dir: str, seed: int, base: dict, domains, evals: dict, rlpt: dict) -> dict:
   out = os.path.join(seed_dir, "trl.json")
   want = settings(seed)
   work = os.path.join(seed_dir, "trl")
@@ -320,9 +390,10 @@ def run_trl(seed_dir: str, seed: int, base: dict, domains, eval_tasks, rlpt: dic
                        "creates it).")
     inputs = os.path.join(work, "trl_inputs.json")
     with open(inputs, "w") as f:
+      train = prompts_of([t for r in rlpt["tasks"] for t in r["tasks"]], domains)
       json.dump({"seed": seed, "domains": list(domains), "tasks": rlpt["tasks"],
-                 "eval_tasks": eval_tasks, "eval_steps": [r["step"] for r in rlpt["eval"]],
-                 "check": base["check"]}, f)
+                 "job": trl_settings(domains), "prompts": {"train": train, "eval": evals},
+                 "eval_steps": [r["step"] for r in rlpt["eval"]], "check": base["check"]}, f)
     cmd = [python, os.path.join(HERE, "main_job_trl.py"), f"--model_dir={base['model']}",
            f"--inputs={inputs}", f"--out={out}", f"--threads={_THREADS.value}"]
     print(f"seed {seed}: TRL: {' '.join(cmd[1:])}", flush=True)
@@ -382,7 +453,8 @@ def agg(xs, fmt="{:.3f}") -> str:
 def report(per_seed: dict, seeds: list[int]) -> None:
   systems = ("rlpt", "trl")
   many = len(seeds) > 1
-  print(f"\n{len(seeds)} seed(s) {seeds}, {_STEPS.value} steps each, 128 completions per step; "
+  print(f"\n{len(seeds)} seed(s) {seeds}, {_STEPS.value} steps each, "
+        f"{job_config().rollout.batch_size} completions per step; "
         + ("mean [min-max] over seeds" if many else "one run"))
   print("| system | median step, s | step min-max, s (steps after 2 warm-ups"
         + (", all seeds" if many else "") + ") | steps/s | training s (all steps) | run wall, s |")
@@ -446,7 +518,7 @@ def plot(per_seed: dict, seeds: list[int], path: str) -> None:
               label=NAMES[s] if j == 0 else None)
   ax.set_xlabel("training wall-clock seconds (sum of step times, evaluation excluded)")
   ax.set_ylabel("held-out sampled success (pass@1, T=1)")
-  ax.set_title(f"grpo_default, {_STEPS.value} steps, seed{'s' if len(seeds) > 1 else ''} "
+  ax.set_title(f"{os.path.basename(config_path())}, {_STEPS.value} steps, seed{'s' if len(seeds) > 1 else ''} "
                f"{','.join(map(str, seeds))}: "
                "rlpt vs TRL (2-core CPU)", fontsize=10)
   ax.grid(alpha=0.3)
@@ -456,24 +528,30 @@ def plot(per_seed: dict, seeds: list[int], path: str) -> None:
   plt.close(fig)
 
 
+def workdir() -> str:
+  name = "main_job" if _JOB.value == "tiny" else f"main_job_{_JOB.value}"
+  return _WORKDIR.value or os.path.join(ROOT, ".cache", "peers", name)
+
+
 def main(_):
   seeds = [int(s) for s in _SEEDS.value]
-  os.makedirs(_WORKDIR.value, exist_ok=True)
-  out = _OUT.value or os.path.join(_WORKDIR.value, "result.json")
+  root = workdir()
+  os.makedirs(root, exist_ok=True)
+  out = _OUT.value or os.path.join(root, "result.json")
   c = job_config()
   domains = list(c.domains.ids)
-  eval_tasks = eval_task_list(domains, _EVAL_TASKS.value)
-  base = export_base(_WORKDIR.value, prompts_of(eval_tasks[::_EVAL_TASKS.value][:CHECK_PROMPTS]))
-  print(f"base {base['base']} exported to {base['model']}", flush=True)
+  evals = prompts_of(eval_task_list(domains, _EVAL_TASKS.value), domains)
+  base = export_base(root, evals["ids"][::_EVAL_TASKS.value])
+  print(f"base {base['base']}; both systems load {base['model']}", flush=True)
 
   per_seed, raw = {}, {}
   for seed in seeds:
-    seed_dir = os.path.join(_WORKDIR.value, f"seed{seed}")
+    seed_dir = os.path.join(root, f"seed{seed}")
     os.makedirs(seed_dir, exist_ok=True)
     rl = run_rlpt(seed_dir, seed, base["model"])
     print(f"seed {seed}: rlpt  {statistics.median(rl['step_times_s'][WARMUP:]):.3f} s/step, "
           f"final sampled {rl['eval'][-1]['sampled_success/mean']:.3f}", flush=True)
-    tr = run_trl(seed_dir, seed, base, domains, eval_tasks, rl)
+    tr = run_trl(seed_dir, seed, base, domains, evals, rl)
     print(f"seed {seed}: TRL   {statistics.median(tr['step_times_s'][WARMUP:]):.3f} s/step, "
           f"final sampled {tr['eval'][-1]['sampled_success/mean']:.3f} (check logits within "
           f"{tr['check_diff']:.1e})", flush=True)
@@ -481,16 +559,17 @@ def main(_):
     totals = {"rlpt": sum(rl["step_times_s"]), "trl": sum(tr["step_times_s"])}
     per_seed[seed] = {"rlpt": figures(rl, totals["trl"]), "trl": figures(tr, totals["rlpt"])}
     raw[seed] = {"trl": {k: tr[k] for k in ("versions", "threads", "check_diff", "optim", "lr",
-                                            "env_retries", "eval_seconds", "attn_implementation")}}
+                                            "env_retries", "eval_seconds", "attn_implementation",
+                                            "trainable_params")}}
 
   report(per_seed, seeds)
   png = os.path.splitext(out)[0] + ".png"
   plot(per_seed, seeds, png)
   with open(out, "w") as f:
-    json.dump({"settings": {"config": CONFIG, "steps": _STEPS.value, "eval_every": _EVAL_EVERY.value,
+    json.dump({"settings": {"config": config_path(), "job": _JOB.value, "steps": _STEPS.value, "eval_every": _EVAL_EVERY.value,
                             "eval_tasks_per_domain": _EVAL_TASKS.value, "seeds": seeds,
                             "torch_threads": _THREADS.value, "base": base["base"],
-                            "rlpt_model": _RLPT_MODEL.value,
+                            "rlpt_model": _RLPT_MODEL.value if _JOB.value == "tiny" else "native",
                             "machine_cpus": os.cpu_count()},
                "seeds": {str(s): {**per_seed[s], **{"trl_info": raw[s]["trl"]}} for s in seeds}},
               f, indent=1)

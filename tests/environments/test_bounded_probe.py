@@ -36,3 +36,21 @@ def test_draws_until_the_verdict(lengths, draws, ok):
   # The verdict is the one all 64 draws give, for these generators.
   full = sum(bounded.fits(domain.sample(None), 100) for _ in range(64))
   assert (got >= bounded.MIN_SHARE * bounded.PROBES) == (full >= bounded.MIN_SHARE * bounded.PROBES)
+
+
+def test_a_bounded_id_registers_from_its_name_alone():
+    """A process that grades a run's domains without loading its config (a peer
+    framework's grader) registers a bounded cut from its id: the same cut as
+    register_bounded, and one line naming the id when its domain is unknown."""
+    from environments import registry
+    base = "rlpt/rg-basic-arithmetic-medium-v0"
+    want = bounded.bounded_id(base, 44)
+    assert want == "rlpt/rg-basic-arithmetic-medium-p44-v0" and not registry.is_registered(want)
+    spec = bounded.register_id(want)
+    assert spec.id == want and spec.max_prompt_chars == 44
+    assert spec == bounded.register_bounded(base, 44)
+    assert bounded.register_id(want) == spec  # again: the domain already registered
+    assert bounded.register_id("rlpt/strings-reverse-hard-v0").id == "rlpt/strings-reverse-hard-v0"
+    with pytest.raises(ValueError, match=r"'rlpt/no-such-thing-p40-v0' is a bounded cut of "
+                                         r"'rlpt/no-such-thing-v0'"):
+        bounded.register_id("rlpt/no-such-thing-p40-v0")
