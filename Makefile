@@ -19,7 +19,7 @@ CONFIG ?= experiments/grpo_default.py
 
 PEERS := .peers
 
-.PHONY: setup system train train-smollm2 smoke lint test bench bench-device bench-peers bench-peers-main clean
+.PHONY: setup system train train-smollm2 smoke lint test bench bench-device bench-peers bench-peers-main bench-peers-smollm2 clean
 
 setup: system $(STAMP) $(ROOTPATH)
 
@@ -88,15 +88,14 @@ $(PEERS)/%/.installed: benchmarks/peers/requirements-%.txt
 bench-peers: setup $(PEERS)/trl/.installed $(PEERS)/tunix/.installed
 	$(PY) benchmarks/peers/run.py
 
-# The main job (experiments/grpo_default.py) trained by rlpt and by TRL, side by
-# side; TRL's environment also gets rlpt's environments package (no JAX) for the rewards.
-$(PEERS)/trl/.environments: $(PEERS)/trl/.installed $(wildcard environments/*.py environments/*/*.py)
-	$(PEERS)/trl/bin/pip install --quiet ./environments
-	rm -rf environments/build environments/rlpt_environments.egg-info
-	touch $@
-
-bench-peers-main: setup $(PEERS)/trl/.environments
+# An rlpt job trained by rlpt and by TRL side by side: the main job on the tiny
+# base, and GRPO on SmolLM2-135M-Instruct after its warm-up (LoRA, chat
+# template). TRL's rewards come from rlpt's own interpreter (benchmarks/peers/grading.py).
+bench-peers-main: setup $(PEERS)/trl/.installed
 	$(PY) benchmarks/peers/main_job.py
+
+bench-peers-smollm2: setup $(PEERS)/trl/.installed
+	$(PY) benchmarks/peers/main_job.py --job=smollm2 --steps=50 --eval_every=25
 
 clean:
 	rm -rf $(VENV) $(PEERS) .cache runs

@@ -47,7 +47,8 @@ class Grader:
     from environments.bounded import register_id
     for d in make_kwargs:  # a run's bounded cuts (…-p400-v0) are registered by its config
       register_id(d)
-    self._make = lambda d: gymnasium.make(d, disable_env_checker=True, **make_kwargs.get(d, {}))
+    self.domains = set(make_kwargs)
+    self._make = lambda d: gymnasium.make(d, disable_env_checker=True, **make_kwargs[d])
     self._local = threading.local()
     self.pool = concurrent.futures.ThreadPoolExecutor(workers)
     self.retries, self.max_retries = 0, retries
@@ -81,10 +82,18 @@ class Grader:
       time.sleep(0.05 * 2 ** attempt)
     return {"reward": None, "success": False, "infra_error": True}
 
+  def _check(self, tasks) -> None:
+    unknown = sorted({t[0] for t in tasks} - self.domains)
+    if unknown:
+      raise ValueError(f"tasks of domains {unknown}, which the server was not started with "
+                       f"({sorted(self.domains)})")
+
   def prompts(self, tasks) -> list[str]:
+    self._check(tasks)
     return list(self.pool.map(self._prompt, tasks))
 
   def grade(self, tasks, answers) -> list[dict]:
+    self._check(tasks)
     return list(self.pool.map(self._grade, tasks, answers))
 
 

@@ -1,26 +1,43 @@
-r"""rlpt's main job run by rlpt and by Hugging Face TRL side by side.
+r"""An rlpt GRPO job run by rlpt and by Hugging Face TRL side by side.
 
-    make bench-peers-main            # installs TRL's environment (+ ./environments), then runs this
-    python benchmarks/peers/main_job.py [--steps=200 --eval_every=25 --seeds=0,1,2]
+    make bench-peers-main            # installs TRL's environment, then runs the tiny job
+    make bench-peers-smollm2         # the same for SmolLM2 (--job=smollm2 --steps=50 --eval_every=25)
+    python benchmarks/peers/main_job.py [--job=tiny|smollm2 --steps=200 --eval_every=25 --seeds=0,1,2]
     python benchmarks/peers/main_job.py --steps=6 --eval_every=3 --eval_tasks_per_domain=4  # tiny
 
-The job is experiments/grpo_default.py: GRPO on the tiny pre-trained base
-(experiments/pretrain_base.py, cached under .cache/rlpt/bases), 8 domains,
-16 prompts x 8 completions = 128 per step, up to 24 new tokens at temperature 1,
-the clipped surrogate (0.2), a k3 KL to the base (beta 0.01) in the loss,
-token-mean aggregation, one AdamW update per batch, lr 1e-4 after 5 warm-up
-steps. For each seed S this script
+The jobs (``--job``):
 
-1. exports the base as a Hugging Face checkpoint with its tokenizer
+* ``tiny``: experiments/grpo_default.py, GRPO on the tiny pre-trained base
+  (experiments/pretrain_base.py, cached under .cache/rlpt/bases), 8 domains,
+  16 prompts x 8 completions = 128 per step, up to 24 new tokens at
+  temperature 1, bare prompts (BOS + bytes), full training, lr 1e-4.
+* ``smollm2``: experiments/grpo_smollm2.py, GRPO on SmolLM2-135M-Instruct
+  after its warm-up (experiments/warmup_hf.py, cached; it is a Hugging Face
+  checkpoint directory, which both systems load), 7 domains, 4 prompts x 8
+  completions = 32 per step, up to 80 new tokens at temperature 1, every
+  prompt a user turn of SmolLM2's chat template (its default system turn
+  first), generation stopped at ``<|im_end|>``, rank-16 LoRA (alpha 32) on
+  the attention and MLP projections with the frozen warm-up as the
+  reference, lr 2e-4.
+
+Both: the clipped surrogate (0.2), a k3 KL to the reference (beta 0.01) in
+the loss, token-mean aggregation, one AdamW update per batch after 5 linear
+warm-up steps. TRL is given every one of these from the rlpt config
+(``trl_settings``), which raises where TRL's GRPO has no equal. For each seed
+S this script
+
+1. (tiny) exports the base as a Hugging Face checkpoint with its tokenizer
    (``save_hf_checkpoint(..., tokenizer=ByteTokenizer())``: rlpt's scaled tied
    head written as the equal untied Llama head);
-2. runs rlpt (``python -m launch.train --config=experiments/grpo_default.py
-   --config.seed=S --config.base.hf_checkpoint=<the export>``, evaluating every
-   ``--eval_every`` steps) on that export, the very parameters TRL trains
-   (``--rlpt_model=native`` trains rlpt's own base instead), which writes the
-   tasks it trained on (tasks.jsonl) and its metrics;
+2. runs rlpt (``python -m launch.train --config=<the job> --config.seed=S``,
+   evaluating every ``--eval_every`` steps; on the tiny job with
+   ``--config.base.hf_checkpoint=<the export>``, the very parameters TRL
+   trains, unless ``--rlpt_model=native``), which writes the tasks it trained
+   on (tasks.jsonl) and its metrics;
 3. runs TRL in its own virtual environment (``main_job_trl.py``) on the same
-   export, the same task draws and environments, and the same held-out tasks;
+   weights, the same task draws with the same prompt ids (checked), rewards
+   from the same environments (rlpt's own interpreter grades them:
+   grading.py), and the same held-out tasks;
 4. prints and writes (``--out``) the step times, training success, held-out
    success at equal steps and at equal wall time, and a PNG of held-out
    sampled success against training seconds.
@@ -32,23 +49,30 @@ What TRL had to be told to do the same work (main_job_trl.py, GRPOConfig):
   encode, EOS 258). The script checks that transformers' last-position logits
   equal rlpt's on 4 prompts (max |diff| < 1e-3) and that every prompt encodes
   to rlpt's ids (BOS + its UTF-8 bytes). The reference model is TRL's own
-  frozen copy of the same export (rlpt's is the base).
+  frozen copy of the same export (rlpt's is the base). SmolLM2: its warm-up
+  directory on both sides; every prompt's ids from TRL's own
+  ``apply_chat_template`` of the user turn must equal rlpt's (checked for
+  every training and held-out prompt); with LoRA (``peft_config``) TRL's
+  reference is the model with its adapters off, as rlpt's is.
 * tasks: the text prompts are the observations ``env.reset(seed, split)``
-  returns for the tasks of rlpt's tasks.jsonl, 16 per step in rlpt's order
-  (``shuffle_dataset=False``, ``num_generations=8``,
-  ``per_device_train_batch_size=128``, ``steps_per_generation=1``,
+  returns for the tasks of rlpt's tasks.jsonl, in rlpt's order
+  (``shuffle_dataset=False``, ``num_generations=group``,
+  ``per_device_train_batch_size=batch``, ``steps_per_generation=1``,
   ``num_iterations=1``, ``gradient_accumulation_steps=1``,
   ``max_steps=steps``); the reward function receives each row's index and
-  asserts that every step's rows are tasks.jsonl's, each repeated 8 times.
-* rewards: ``gymnasium.make(domain)``, ``reset(seed=seed, options={"split":
+  asserts that every step's rows are tasks.jsonl's, each repeated group times.
+* rewards: ``gymnasium.make(domain, **rlpt's options)`` in a grading server
+  run by rlpt's interpreter (grading.py), ``reset(seed=seed, options={"split":
   split})``, ``step(answer)``'s reward, as rlpt's EnvPool takes it; success is
-  ``info["success"]``. The answer is the completion's bytes before EOS
-  (rlpt's decoding, from TRL's ``completion_ids``). 4 threads grade the
+  ``info["success"]``. The answer is the completion before its stop token,
+  decoded as rlpt decodes (bytes; SmolLM2: the tokenizer without special
+  tokens), from TRL's ``completion_ids``. 4 threads grade the
   completions, as rlpt's pool has 4 workers per resource class; an
   infrastructure failure is retried twice on a fresh environment, then the
   completion gets reward None (TRL: advantage 0).
-* sampling: ``max_completion_length=24``, temperature 1, ``top_k=0``,
-  ``top_p=1`` (stop at EOS).
+* sampling: ``max_completion_length`` = the job's max_new_tokens, its
+  temperature, ``top_k=0``, ``top_p=1`` (stop at the job's stop ids:
+  TRL's ``eos_token_ids`` are checked against them).
 * loss: ``loss_type="dapo"`` (sum over all completion tokens of the batch /
   their number: rlpt's token-mean; "bnpo" is the same with one process and no
   accumulation), ``epsilon=epsilon_high=0.2``, ``beta=0.01`` (TRL's k3
@@ -56,21 +80,22 @@ What TRL had to be told to do the same work (main_job_trl.py, GRPOConfig):
   the importance ratio by default, which changes its gradient; rlpt does not),
   ``scale_rewards="group"``.
 * optimizer: rlpt's OptimConfig defaults: AdamW betas (0.9, 0.99), eps 1e-8,
-  weight decay 0, global-norm clip 1.0; lr 1e-4 with
+  weight decay 0, global-norm clip 1.0; the job's lr with
   ``lr_scheduler_type="constant_with_warmup"``, ``warmup_steps=5`` (0, 0.2,
-  ..., 0.8 of 1e-4 for steps 1-5, as optax's linear warm-up; TRL's rates are
+  ..., 0.8 of the lr for steps 1-5, as optax's linear warm-up; TRL's rates are
   recorded per step).
 * fp32, ``use_cpu``, ``activation_checkpointing=False`` (TRL's default is on),
   torch threads = ``--threads`` (2), no logging, reporting or checkpoints, seed S.
 * held-out evaluation: ``model.generate`` on rlpt's eval tasks
-  (``rlpt.data.eval_tasks(domains, 64, seed=1)``), batches of 128, greedy and
-  sampled (temperature 1, top-k 0, top-p 1), 24 new tokens; success is the
+  (``rlpt.data.eval_tasks(domains, 64, seed)``) from rlpt's prompt ids,
+  left-padded, batches of 128, greedy and sampled (the job's temperature,
+  top-k 0, top-p 1) and max_new_tokens; success is the
   environment's flag, infrastructure failures excluded, per-domain mean then
   the mean over domains; before training and after the steps rlpt evaluated
   at. It runs in a callback after the step timer, so (as in rlpt) no step time
   includes it, and it restores torch's random state afterwards.
 
-Why rlpt trains the export: the export computes rlpt's function exactly (the
+Why rlpt trains the export on the tiny job: the export computes rlpt's function exactly (the
 same held-out figures before training, greedy and sampled), but it holds the
 head as a matrix of its own, where rlpt's base ties it to the embedding
 (scaled). Adam then moves the two matrices separately, which is a different
@@ -88,6 +113,8 @@ What is not equal, and cannot be made so through TRL's public options:
   TRL by the Bessel-corrected std + 1e-4, so TRL's advantages are
   sqrt(7/8) = 0.935 of rlpt's (AdamW removes most of a uniform scale; the KL
   term weighs ~7% more against the policy gradient in TRL).
+* LoRA's A: both draw it uniform in +-1/sqrt(fan_in) (B zero), from their own
+  random streams.
 * masked samples: rlpt drops an infrastructure-failed sample from the loss;
   TRL gives it advantage 0 but keeps its tokens in the KL term and the count.
 * the old log-probs: rlpt uses the sampler's, TRL the policy's own
@@ -157,6 +184,11 @@ _RLPT_MODEL = flags.DEFINE_enum(
     "'native', rlpt's own base (its head tied to the embedding and scaled), as the main job "
     "runs. A warmed-up real model's base is a Hugging Face checkpoint already: both systems "
     "load that directory.")
+_MICRO = flags.DEFINE_integer(
+    "trl_micro_batch", None, "Rows per forward and backward of TRL's update (its "
+    "per_device_train_batch_size, with gradient accumulation over the batch): default the "
+    "whole batch on the tiny job, 8 on smollm2, whose whole-batch update (32 rows x 49,152-entry "
+    "vocabulary) held 17 GiB and was killed on a 24 GiB machine.")
 _WAIT = flags.DEFINE_bool("wait", True, "Before each run, wait while other training runs "
                           "(launch.train, main_job_seeds) are on the machine.")
 
@@ -285,6 +317,7 @@ def trl_settings(domains) -> dict:
       "chat": fmt.template is not None, "byte_level": isinstance(fmt.tokenizer, ByteTokenizer),
       "make_kwargs": make_kwargs(domains), "rlpt_python": sys.executable,
       "check_atol": CHECK_ATOL,
+      "micro_batch": _MICRO.value or (ro.batch_size if _JOB.value == "tiny" else 8),
   }
 
 
@@ -325,8 +358,9 @@ def run_logged(cmd: list[str], log: str, name: str) -> float:
 
 
 def settings(seed: int) -> dict:
-  return {"steps": _STEPS.value, "eval_every": _EVAL_EVERY.value,
-          "eval_tasks_per_domain": _EVAL_TASKS.value, "seed": seed, "threads": _THREADS.value}
+  return {"steps": _STEPS.value, "eval_every": _EVAL_EVERY.value, "job": _JOB.value,
+          "eval_tasks_per_domain": _EVAL_TASKS.value, "seed": seed, "threads": _THREADS.value,
+          "trl_micro_batch": _MICRO.value}
 
 
 def reusable(directory: str, want: dict, done: str) -> bool:

@@ -173,15 +173,25 @@ def check(model, tokenizer, inputs: dict, texts: list[str], ids: list[list[int]]
   return diff
 
 
+def micro_steps(job: dict) -> int:
+  batch = job["per_step"] * job["group"]
+  if job["micro_batch"] <= 0 or batch % job["micro_batch"]:
+    raise SystemExit(f"micro_batch {job['micro_batch']} does not divide the batch of {batch}.")
+  return batch // job["micro_batch"]
+
+
 def grpo_config(job: dict, steps: int, seed: int, output_dir: str) -> GRPOConfig:
   """TRL's settings for the job's (main_job.py's docstring says why each)."""
   return GRPOConfig(
       output_dir=output_dir,
-      # Batch: prompts x group completions, one generation and one update per step.
-      per_device_train_batch_size=job["per_step"] * job["group"],
+      # Batch: prompts x group completions, one generation and one update per
+      # step, the update's forward and backward in micro-batches of
+      # ``micro_batch`` whose gradients add up to the whole batch's ("dapo"
+      # divides by the whole batch's tokens).
+      per_device_train_batch_size=job["micro_batch"],
       num_generations=job["group"],
-      gradient_accumulation_steps=1,
-      steps_per_generation=1,
+      gradient_accumulation_steps=micro_steps(job),
+      steps_per_generation=micro_steps(job),
       num_iterations=1,
       max_steps=steps,
       shuffle_dataset=False,
