@@ -145,7 +145,7 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
 
 
 def _pct(x: float) -> str:
-  return "  -" if x != x else f"{100 * x:3.0f}"
+  return "  -" if x != x else f"{100 * x:5.1f}"  # one decimal: 3 of 64 is 4.7, not "5"
 
 
 def table(results: list[dict], labels: list[str]) -> str:

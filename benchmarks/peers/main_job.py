@@ -345,11 +345,12 @@ def read_jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def run_logged(cmd: list[str], log: str, name: str) -> float:
+def run_logged(cmd: list[str], log: str, name: str, env: dict | None = None) -> float:
   wait_for_quiet()
   t = time.perf_counter()
   with open(log, "w") as f:
-    proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=_TIMEOUT.value)
+    proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=_TIMEOUT.value,
+                          env={**os.environ, **(env or {})})
   if proc.returncode != 0:
     with open(log) as f:
       tail = "".join(f.readlines()[-30:])
@@ -431,7 +432,9 @@ def run_trl(seed_dir: str, seed: int, base: dict, domains, evals: dict, rlpt: di
     cmd = [python, os.path.join(HERE, "main_job_trl.py"), f"--model_dir={base['model']}",
            f"--inputs={inputs}", f"--out={out}", f"--threads={_THREADS.value}"]
     print(f"seed {seed}: TRL: {' '.join(cmd[1:])}", flush=True)
-    wall = run_logged(cmd, os.path.join(seed_dir, "trl.log"), "TRL")
+    # Everything is on disk: no Hub lookups or telemetry threads during the timed steps.
+    wall = run_logged(cmd, os.path.join(seed_dir, "trl.log"), "TRL",
+                      env={"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"})
     with open(out) as f:
       res = json.load(f)
     res["wall_s"] = wall

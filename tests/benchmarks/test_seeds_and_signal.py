@@ -57,8 +57,8 @@ def test_signal_marks_five_to_ninety_percent_and_counts_masked():
           "rlpt/b-v0": {"greedy": 0.0, "sampled": 0.0, "greedy_masked": 0.0, "sampled_masked": 0.0}}
   result = {"rows": rows, "seconds": {"128+64": 60.0}}
   text = rl_signal.table([result, result], ["base", "warm"])
-  assert "| a |  25 |  50 * (2 masked) |  25 |  50 * (2 masked) |" in text
-  assert "| b |   0 |   0 |   0 |   0 |" in text
+  assert "| a |  25.0 |  50.0 * (2 masked) |  25.0 |  50.0 * (2 masked) |" in text
+  assert "| b |   0.0 |   0.0 |   0.0 |   0.0 |" in text
   assert "base: 1 of 2 domains with signal (*), mean sampled success 25.0%, 1.0 min" in text
 
 
