@@ -159,6 +159,13 @@ from absl import app, flags  # noqa: E402
 JOBS = {"tiny": "experiments/grpo_default.py", "smollm2": "experiments/grpo_smollm2.py"}
 
 _STEPS = flags.DEFINE_integer("steps", 200, "Training steps of each system.")
+_TRL_STEPS = flags.DEFINE_integer(
+    "trl_steps", None, "TRL's training steps, the first of rlpt's task draws (default --steps): "
+    "fewer where TRL's steps are so much slower that its run would not fit; TRL is evaluated "
+    "at rlpt's evaluation steps up to it, and after its last step.")
+_TRL_EVAL_EVERY = flags.DEFINE_integer(
+    "trl_eval_every", None, "TRL's held-out evaluation every this many steps, besides rlpt's "
+    "(default: rlpt's steps only), for the comparison at equal wall time.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 25, "Held-out evaluation every this many steps.")
 _EVAL_TASKS = flags.DEFINE_integer("eval_tasks_per_domain", 64, "Held-out tasks per domain.")
 _SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds; each runs both systems once.")
@@ -360,8 +367,21 @@ def run_logged(cmd: list[str], log: str, name: str, env: dict | None = None) -> 
 
 def settings(seed: int) -> dict:
   return {"steps": _STEPS.value, "eval_every": _EVAL_EVERY.value, "job": _JOB.value,
-          "eval_tasks_per_domain": _EVAL_TASKS.value, "seed": seed, "threads": _THREADS.value,
-          "trl_micro_batch": _MICRO.value}
+          "eval_tasks_per_domain": _EVAL_TASKS.value, "seed": seed, "threads": _THREADS.value}
+
+
+def trl_steps() -> int:
+  n = _TRL_STEPS.value or _STEPS.value
+  if not 1 <= n <= _STEPS.value:
+    raise SystemExit(f"--trl_steps={n}: expected 1..--steps ({_STEPS.value}).")
+  return n
+
+
+def trl_eval_steps(rlpt_steps: list[int]) -> list[int]:
+  """rlpt's evaluation steps up to TRL's last, every --trl_eval_every, and its last."""
+  n = trl_steps()
+  extra = range(0, n + 1, _TRL_EVAL_EVERY.value) if _TRL_EVAL_EVERY.value else ()
+  return sorted({s for s in rlpt_steps if s <= n} | set(extra) | {n})
 
 
 def reusable(directory: str, want: dict, done: str) -> bool:
@@ -414,7 +434,8 @@ def run_rlpt(seed_dir: str, seed: int, model_dir: str) -> dict:
 
 def run_trl(seed_dir: str, seed: int, base: dict, domains, evals: dict, rlpt: dict) -> dict:
   out = os.path.join(seed_dir, "trl.json")
-  want = settings(seed)
+  want = {**settings(seed), "trl_steps": trl_steps(), "trl_eval_every": _TRL_EVAL_EVERY.value,
+          "trl_micro_batch": _MICRO.value}
   work = os.path.join(seed_dir, "trl")
   if not reusable(work, want, out):
     shutil.rmtree(work, ignore_errors=True)
@@ -425,10 +446,12 @@ def run_trl(seed_dir: str, seed: int, base: dict, domains, evals: dict, rlpt: di
                        "creates it).")
     inputs = os.path.join(work, "trl_inputs.json")
     with open(inputs, "w") as f:
-      train = prompts_of([t for r in rlpt["tasks"] for t in r["tasks"]], domains)
-      json.dump({"seed": seed, "domains": list(domains), "tasks": rlpt["tasks"],
+      tasks = rlpt["tasks"][:trl_steps()]
+      train = prompts_of([t for r in tasks for t in r["tasks"]], domains)
+      json.dump({"seed": seed, "domains": list(domains), "tasks": tasks,
                  "job": trl_settings(domains), "prompts": {"train": train, "eval": evals},
-                 "eval_steps": [r["step"] for r in rlpt["eval"]], "check": base["check"]}, f)
+                 "eval_steps": trl_eval_steps([r["step"] for r in rlpt["eval"]]),
+                 "check": base["check"]}, f)
     cmd = [python, os.path.join(HERE, "main_job_trl.py"), f"--model_dir={base['model']}",
            f"--inputs={inputs}", f"--out={out}", f"--threads={_THREADS.value}"]
     print(f"seed {seed}: TRL: {' '.join(cmd[1:])}", flush=True)
@@ -490,7 +513,7 @@ def agg(xs, fmt="{:.3f}") -> str:
 def report(per_seed: dict, seeds: list[int]) -> None:
   systems = ("rlpt", "trl")
   many = len(seeds) > 1
-  print(f"\n{len(seeds)} seed(s) {seeds}, {_STEPS.value} steps each, "
+  print(f"\n{len(seeds)} seed(s) {seeds}, {_STEPS.value} steps of rlpt, {trl_steps()} of TRL, "
         f"{job_config().rollout.batch_size} completions per step; "
         + ("mean [min-max] over seeds" if many else "one run"))
   print("| system | median step, s | step min-max, s (steps after 2 warm-ups"
@@ -522,11 +545,16 @@ def report(per_seed: dict, seeds: list[int]) -> None:
   print("\nHeld-out success at equal steps: sampled pass@1 (T=1) / greedy; training s reached")
   print("| step | rlpt sampled | TRL sampled | rlpt greedy | TRL greedy | rlpt s | TRL s |")
   print("|---:|---:|---:|---:|---:|---:|---:|")
-  steps = [e["step"] for e in per_seed[seeds[0]]["rlpt"]["eval"]]
-  for i, st in enumerate(steps):
-    cell = {(s, k): agg(per_seed[x][s]["eval"][i][k] for x in seeds)
-            for s in systems for k in ("sampled", "greedy")}
-    secs = {s: agg((per_seed[x][s]["eval"][i]["train_s"] for x in seeds), "{:.0f}") for s in systems}
+  at = {s: {x: {e["step"]: e for e in per_seed[x][s]["eval"]} for x in seeds} for s in systems}
+  steps = sorted(set(at["rlpt"][seeds[0]]) | set(at["trl"][seeds[0]]))
+
+  def one(s, st, k, fmt="{:.3f}"):
+    if st not in at[s][seeds[0]]:
+      return "-"
+    return agg((at[s][x][st][k] for x in seeds), fmt)
+  for st in steps:
+    cell = {(s, k): one(s, st, k) for s in systems for k in ("sampled", "greedy")}
+    secs = {s: one(s, st, "train_s", "{:.0f}") for s in systems}
     print(f"| {st} | {cell['rlpt', 'sampled']} | {cell['trl', 'sampled']} | "
           f"{cell['rlpt', 'greedy']} | {cell['trl', 'greedy']} | {secs['rlpt']} | {secs['trl']} |")
 
@@ -592,7 +620,8 @@ def main(_):
     print(f"seed {seed}: TRL   {statistics.median(tr['step_times_s'][WARMUP:]):.3f} s/step, "
           f"final sampled {tr['eval'][-1]['sampled_success/mean']:.3f} (check logits within "
           f"{tr['check_diff']:.1e})", flush=True)
-    assert [e["step"] for e in tr["eval"]] == [e["step"] for e in rl["eval"]], "eval steps differ"
+    want = trl_eval_steps([e["step"] for e in rl["eval"]])
+    assert [e["step"] for e in tr["eval"]] == want, ("TRL's eval steps", tr["eval"], want)
     totals = {"rlpt": sum(rl["step_times_s"]), "trl": sum(tr["step_times_s"])}
     per_seed[seed] = {"rlpt": figures(rl, totals["trl"]), "trl": figures(tr, totals["rlpt"])}
     raw[seed] = {"trl": {k: tr[k] for k in ("versions", "threads", "check_diff", "optim", "lr",
@@ -603,7 +632,9 @@ def main(_):
   png = os.path.splitext(out)[0] + ".png"
   plot(per_seed, seeds, png)
   with open(out, "w") as f:
-    json.dump({"settings": {"config": config_path(), "job": _JOB.value, "steps": _STEPS.value, "eval_every": _EVAL_EVERY.value,
+    json.dump({"settings": {"config": config_path(), "job": _JOB.value, "steps": _STEPS.value,
+                            "trl_steps": trl_steps(), "trl_micro_batch": _MICRO.value,
+                            "eval_every": _EVAL_EVERY.value,
                             "eval_tasks_per_domain": _EVAL_TASKS.value, "seeds": seeds,
                             "torch_threads": _THREADS.value, "base": base["base"],
                             "rlpt_model": _RLPT_MODEL.value if _JOB.value == "tiny" else "native",
