@@ -583,7 +583,9 @@ def plot(per_seed: dict, seeds: list[int], path: str) -> None:
               label=NAMES[s] if j == 0 else None)
   ax.set_xlabel("training wall-clock seconds (sum of step times, evaluation excluded)")
   ax.set_ylabel("held-out sampled success (pass@1, T=1)")
-  ax.set_title(f"{os.path.basename(config_path())}, {_STEPS.value} steps, seed{'s' if len(seeds) > 1 else ''} "
+  steps = (f"{_STEPS.value} steps" if trl_steps() == _STEPS.value
+           else f"rlpt {_STEPS.value} / TRL {trl_steps()} steps")
+  ax.set_title(f"{os.path.basename(config_path())}, {steps}, seed{'s' if len(seeds) > 1 else ''} "
                f"{','.join(map(str, seeds))}: "
                "rlpt vs TRL (2-core CPU)", fontsize=10)
   ax.grid(alpha=0.3)
