@@ -53,7 +53,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from grading import GradingClient  # noqa: E402  (this script's folder is on the path)
-from trl_workload import StepTimer  # noqa: E402
+from trl_workload import QUIET_CPU, StepTimer  # noqa: E402
 
 # rlpt's LoRA targets by their Hugging Face (Llama, Qwen, Gemma) module names.
 LORA_MODULES = {"wq": "q_proj", "wk": "k_proj", "wv": "v_proj", "wo": "o_proj",
@@ -219,17 +219,7 @@ def grpo_config(job: dict, steps: int, seed: int, output_dir: str) -> GRPOConfig
       adam_beta2=job["b2"],
       adam_epsilon=1e-8,
       max_grad_norm=job["grad_clip"],
-      # fp32 on CPU, no activation (gradient) checkpointing: TRL turns it on by default.
-      bf16=False,
-      fp16=False,
-      use_cpu=True,
-      activation_checkpointing=False,
-      # No reporting, logging to disk or checkpoints.
-      report_to="none",
-      save_strategy="no",
-      logging_strategy="no",
-      disable_tqdm=True,
-      dataloader_num_workers=0,
+      **QUIET_CPU,
       seed=seed,
   )
 

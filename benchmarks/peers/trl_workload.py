@@ -118,6 +118,14 @@ def sample(model, prompts: np.ndarray) -> list[float]:
   return times
 
 
+# GRPOConfig's settings of every run here: fp32 on CPU, no activation
+# (gradient) checkpointing (TRL turns it on by default), no reporting, logging
+# to disk or checkpoints.
+QUIET_CPU = dict(bf16=False, fp16=False, use_cpu=True, activation_checkpointing=False,
+                 report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                 dataloader_num_workers=0)
+
+
 class StepTimer(TrainerCallback):
   """Times each optimizer step, and the part of it before the reward function
   runs; records the learning rate each step's update uses."""
@@ -183,17 +191,7 @@ def grpo(model_dir: str, grpo_prompts: np.ndarray, vocab_size: int, work_dir: st
       adam_beta1=0.9,
       adam_beta2=0.99,
       max_grad_norm=1e9,
-      # fp32 on CPU, no activation (gradient) checkpointing: TRL turns it on by default.
-      bf16=False,
-      fp16=False,
-      use_cpu=True,
-      activation_checkpointing=False,
-      # No reporting, logging to disk or checkpoints.
-      report_to="none",
-      save_strategy="no",
-      logging_strategy="no",
-      disable_tqdm=True,
-      dataloader_num_workers=0,
+      **QUIET_CPU,
       seed=0,
   )
   model = load_model(model_dir)
