@@ -252,8 +252,8 @@ def lora_rl_train_step(state: TrainState, base: nnx.State, batch: RLBatch, count
   computed, and the optimizer state covers the adapters alone. The old and
   reference log-probs in ``batch`` come from the merged policy and the base.
   """
-  return _policy_update(state, lambda adapters: apply_lora(base, adapters, lora_cfg, factored=True),
-                        batch, counts, kl_coef, graphdef=graphdef, optimizer=optimizer, loss_cfg=loss_cfg,
+  return _policy_update(state, lambda adapters: apply_lora(base, adapters, lora_cfg), batch, counts,
+                        kl_coef, graphdef=graphdef, optimizer=optimizer, loss_cfg=loss_cfg,
                         sampling=sampling, shared=shared, chunk=chunk)
 
 
@@ -349,7 +349,7 @@ def lora_sft_train_step(state: TrainState, base: nnx.State, tokens_BxL: jax.Arra
                         lora_cfg: LoraConfig) -> tuple[TrainState, dict]:
   """``sft_train_step`` with ``state.params`` = the adapters over the frozen ``base``
   (a plain argument: no gradient, no optimizer state)."""
-  loss_fn = lambda adapters: sft_loss(apply_lora(base, adapters, lora_cfg, factored=True), tokens_BxL,
+  loss_fn = lambda adapters: sft_loss(apply_lora(base, adapters, lora_cfg), tokens_BxL,
                                       loss_mask_BxL1, graphdef=graphdef)
   (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

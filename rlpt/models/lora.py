@@ -33,7 +33,6 @@ from flax import nnx
 
 from rlpt.config.model import LORA_TARGETS as TARGETS
 from rlpt.config.model import LoraConfig
-from rlpt.models.lowrank import LowRank
 from rlpt.models.hf import SafetensorsReader, write_safetensors
 
 def _weight(params: nnx.State, layer: int, target: str) -> nnx.Variable:
@@ -73,30 +72,26 @@ def _value(x):
   return x.get_value() if isinstance(x, nnx.Variable) else x
 
 
-def apply_lora(params: nnx.State, adapters: nnx.State, cfg: LoraConfig,
-               factored: bool = False) -> nnx.State:
+def apply_lora(params: nnx.State, adapters: nnx.State, cfg: LoraConfig) -> nnx.State:
   """The params with every adapted weight replaced by W + scale * A @ B (pure, jittable).
 
   Dtypes follow the base weights; untouched weights are passed through.
-  ``factored``: each adapted weight becomes a `LowRank` the model multiplies
-  as ``x @ W + scale * (x @ A) @ B`` (the training steps: their backward then
-  never forms a weight-sized gradient; rlpt.models.lowrank), not the merged
-  array.
   """
   blocks = adapters["decoder"]["blocks"]
-  factors = {}
+  deltas = {}
   for i in blocks:
     for module, targets in blocks[i].items():
       for t, ab in targets.items():
-        factors[("decoder", "blocks", int(i), module, t)] = (_value(ab["lora_a"]),
-                                                              _value(ab["lora_b"]))
+        a, b = _value(ab["lora_a"]), _value(ab["lora_b"])
+        deltas[("decoder", "blocks", int(i), module, t)] = jnp.tensordot(a, b, axes=1) * cfg.scale
 
   def one(path, var):
     key = tuple(getattr(p, "key", getattr(p, "idx", None)) for p in path)
-    if key not in factors:
+    delta = deltas.get(key)
+    if delta is None:
       return var
-    low = LowRank(var.get_value(), *factors[key], cfg.scale)
-    return var.replace(low if factored else low.merged())
+    w = var.get_value()
+    return var.replace((w + delta.astype(w.dtype)))
 
   return jax.tree_util.tree_map_with_path(one, params,
                                           is_leaf=lambda x: isinstance(x, nnx.Variable))

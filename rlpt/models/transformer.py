@@ -21,21 +21,13 @@ from rlpt.attention import attention, attention_mask, rope_frequencies
 from rlpt.attention.decode import sharded_decode_attention
 from rlpt.attention.rope import apply_rope_with_frequencies
 from rlpt.models.cache import KVCache, LayerKV, attention_with_lse, write_kv
-from rlpt.models.lowrank import LowRank, low_rank_equations
 from rlpt.config.model import ModelConfig
 from rlpt.sharding import constrain
 
 
 def project(eq: str, x, w, dtype):
   """``einsum(eq, x, w)``, both operands in ``dtype``, accumulated in fp32 and
-  rounded once: no backend widens a bf16 weight to an fp32 copy first. A
-  `LowRank` weight is multiplied factored: ``x @ W + scale * (x @ A) @ B``."""
-  if isinstance(w, LowRank):
-    to_a, to_b = low_rank_equations(eq)
-    xa = jnp.einsum(to_a, x.astype(dtype), w.a.astype(dtype), preferred_element_type=jnp.float32)
-    low = jnp.einsum(to_b, xa, w.b.astype(jnp.float32), preferred_element_type=jnp.float32)
-    full = jnp.einsum(eq, x.astype(dtype), w.w.astype(dtype), preferred_element_type=jnp.float32)
-    return (full + w.scale * low).astype(dtype)
+  rounded once: no backend widens a bf16 weight to an fp32 copy first."""
   return jnp.einsum(eq, x.astype(dtype), w.astype(dtype),
                     preferred_element_type=jnp.float32).astype(dtype)
 
@@ -264,13 +256,9 @@ class MLP(nnx.Module):
     dt = self.cfg.jnp_dtype
     # Gate and up in one matmul over stacked weights (on CPU one [D, 2F] product
     # is faster than two [D, F] ones; stacking keeps the mlp sharding).
-    w_gate, w_up = self.w_gate[...], self.w_up[...]
-    if isinstance(w_gate, LowRank) or isinstance(w_up, LowRank):  # LoRA kept factored
-      gate, up = (project("btd,df->btf", x_BxTxD, w, dt) for w in (w_gate, w_up))
-    else:
-      w_DxCxF = jnp.stack([w_gate, w_up], axis=1).astype(dt)
-      gu = project("btd,dcf->btcf", x_BxTxD, w_DxCxF, dt)
-      gate, up = gu[..., 0, :], gu[..., 1, :]
+    w_DxCxF = jnp.stack([self.w_gate[...], self.w_up[...]], axis=1).astype(dt)
+    gu = project("btd,dcf->btcf", x_BxTxD, w_DxCxF, dt)
+    gate, up = gu[..., 0, :], gu[..., 1, :]
     if self.cfg.mlp_activation == "gelu_tanh":
       act = jax.nn.gelu(gate, approximate=True)
     else:
