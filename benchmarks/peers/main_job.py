@@ -197,11 +197,11 @@ _MICRO = flags.DEFINE_integer(
     "whole batch on the tiny job, 8 on smollm2, whose whole-batch update (32 rows x 49,152-entry "
     "vocabulary) held 17 GiB and was killed on a 24 GiB machine.")
 _WAIT = flags.DEFINE_bool("wait", True, "Before each run, wait while other training runs "
-                          "(launch.train, main_job_seeds) are on the machine.")
+                          "(launch.train, main_job_seeds) or a test suite are on the machine.")
 
 CHECK_PROMPTS, WARMUP = 4, 2
 CHECK_ATOL = 1e-3  # fp32 last-position logits, rlpt (XLA) vs transformers (PyTorch)
-BUSY_PATTERNS = ("main_job_seeds", "launch.train")
+BUSY_PATTERNS = ("main_job_seeds", "launch.train", "pytest")  # pytest: a suite skews peer timings 6x
 NAMES = {"rlpt": "rlpt", "trl": "TRL"}
 
 
