@@ -139,6 +139,7 @@ time. With several seeds, mean [min-max] over seeds.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -212,6 +213,7 @@ def config_path() -> str:
   return JOBS[_JOB.value]
 
 
+@functools.cache  # the flags are fixed once parsed; read it (and register its domains) once
 def job_config():
   from rlpt.bases import load_experiment_config
   return load_experiment_config(os.path.join(ROOT, config_path()))
@@ -241,6 +243,7 @@ def built():
   return b
 
 
+@functools.cache  # the tokenizer is read once
 def prompt_format():
   from rlpt.bases import resolve_tokenizer
   from rlpt.tokenizers.prompts import prompt_format as make
