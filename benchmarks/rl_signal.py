@@ -21,7 +21,9 @@ rollout's temperature (1.0). Domains are grouped by the token budget their
 prompts and demonstrations need (`budget`), one compiled shape per group, so
 short-answer domains do not pay for CAD's scripts. ``--groups`` picks among
 GROUPS; ``--domains`` lists ids instead. The JSON written to ``--out`` holds
-every domain's counts, the budgets and the seconds each group took.
+every domain's counts, the budgets and the seconds each group took; it is
+rewritten after each group, so an interrupted run keeps what it finished
+(``pending``: the domains it did not reach).
 """
 
 from __future__ import annotations
@@ -101,8 +103,12 @@ def _config(model: str, domains, prompt_len: int, new_tokens: int, tasks: int, s
   return c
 
 
-def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int = 0) -> dict:
-  """Every domain's greedy and sampled counts (see the module docstring)."""
+def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int = 0,
+            on_group=None) -> dict:
+  """Every domain's greedy and sampled counts (see the module docstring).
+  ``on_group(result)``, if given, receives the result so far after each budget
+  group (``pending`` lists the domains still to measure), so an interrupted
+  table keeps the groups it finished."""
   from rlpt.config import TrainConfig, from_config_dict
   from rlpt.data import eval_tasks
   from rlpt.bases import resolve_tokenizer
@@ -122,6 +128,11 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
   for d in domains:
     groups[budgets[d]].append(d)
   rows, seconds = {}, {}
+
+  def result():
+    return {"model": model, "tasks": tasks, "samples": samples, "seed": seed, "rows": dict(rows),
+            "seconds": dict(seconds), "pending": [d for d in domains if d not in rows]}
+
   for (prompt_len, new_tokens), ds in sorted(groups.items()):
     cfg = from_config_dict(TrainConfig, _config(model, ds, prompt_len, new_tokens, tasks, samples,
                                                 batch, seed))
@@ -140,8 +151,9 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
                  "prompt_tokens": prompt_len, "new_tokens": new_tokens}
     print(f"# {prompt_len}+{new_tokens} tokens: {len(ds)} domains in {seconds[f'{prompt_len}+{new_tokens}']:.0f} s",
           flush=True)
-  return {"model": model, "tasks": tasks, "samples": samples, "seed": seed, "rows": rows,
-          "seconds": seconds}
+    if on_group is not None:
+      on_group(result())
+  return result()
 
 
 def _pct(x: float) -> str:
@@ -170,6 +182,9 @@ def table(results: list[dict], labels: list[str]) -> str:
     mean = sum(x["sampled"] for x in r["rows"].values() if x["sampled"] == x["sampled"]) / max(1, len(r["rows"]))
     lines.append(f"\n{lab}: {marked} of {len(r['rows'])} domains with signal (*), mean sampled success "
                  f"{100 * mean:.1f}%, {sum(r['seconds'].values()) / 60:.1f} min")
+    if r.get("pending"):
+      lines.append(f"{lab}: interrupted, not measured: "
+                   + ", ".join(d.removeprefix("rlpt/").removesuffix("-v0") for d in r["pending"]))
   return "\n".join(lines)
 
 
@@ -207,12 +222,17 @@ def main(argv=None) -> None:
     domains = tuple(dict.fromkeys(d for g in names for d in GROUPS[g]))
   print(f"# {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {args.model}: "
         f"{len(domains)} domains x {args.tasks} tasks, greedy + {args.samples} sampled", flush=True)
-  result = measure(args.model, domains, args.tasks, args.samples, args.batch, args.seed)
-  result["label"] = args.label
-  if args.out:
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump(result, f, indent=1)
+
+  def write(result):
+    result["label"] = args.label
+    if args.out:
+      os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+      with open(args.out + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+      os.replace(args.out + ".tmp", args.out)  # never a half-written file
+
+  result = measure(args.model, domains, args.tasks, args.samples, args.batch, args.seed, on_group=write)
+  write(result)
   print(table([result], [args.label or os.path.basename(args.model.rstrip("/"))]))
 
 

@@ -83,3 +83,23 @@ def test_budget_rounds_prompt_and_answer_up_to_their_rungs():
   assert rl_signal.budget(fmt, _Pool(150, 400), tasks) == (192, 512)  # 608 > 512: the demo + 8 fits
   with pytest.raises(ValueError, match="rlpt/x-v0 needs 2001 prompt tokens; the longest rung is 1024"):
     rl_signal.budget(fmt, _Pool(2000, 4), tasks)
+
+
+def test_an_interrupted_signal_run_keeps_the_groups_it_finished(tmp_path, monkeypatch, capsys):
+  row = {"greedy": 0.5, "sampled": 0.25, "greedy_masked": 0.0, "sampled_masked": 0.0}
+
+  def measure(model, domains, tasks, samples, batch, seed, on_group):
+    on_group({"model": model, "rows": {domains[0]: row}, "seconds": {"128+64": 6.0},
+              "pending": list(domains[1:])})
+    raise KeyboardInterrupt  # stopped during the second group
+
+  monkeypatch.setattr(rl_signal, "measure", measure)
+  out = tmp_path / "signal.json"
+  with pytest.raises(KeyboardInterrupt):
+    rl_signal.main(["--model=m", "--domains=rlpt/a-v0,rlpt/b-v0", f"--out={out}", "--label=warm"])
+  kept = json.loads(out.read_text())
+  assert kept["rows"] == {"rlpt/a-v0": row} and kept["pending"] == ["rlpt/b-v0"]
+  assert kept["label"] == "warm" and not (tmp_path / "signal.json.tmp").exists()
+  rl_signal.main([f"--compare={out}"])
+  text = capsys.readouterr().out
+  assert "| a |  50.0 |  25.0 * |" in text and "warm: interrupted, not measured: b" in text
