@@ -18,7 +18,7 @@ chat template, or plain text for a base model without one). Each domain is
 measured on the held-out tasks every run evaluates (``eval.seed``):
 ``--tasks`` of them, once greedy and ``--samples`` times sampled at the
 rollout's temperature (1.0). Domains are grouped by the token budget their
-prompts and demonstrations need (`budget`), one compiled shape per group, so
+prompts and demonstrations need (`budget`, `plan`), one compiled shape per group, so
 short-answer domains do not pay for CAD's scripts. ``--groups`` picks among
 GROUPS; ``--domains`` lists ids instead. The JSON written to ``--out`` holds
 every domain's counts, the budgets and the seconds each group took; it is
@@ -76,18 +76,34 @@ def _rung(ladder, need: int, what: str, domain: str) -> int:
 
 
 def budget(fmt, pool, tasks) -> tuple[int, int]:
-  """(prompt tokens, new tokens) for a domain's held-out ``tasks``: the
-  longest templated prompt, and room for 1.5x the longest demonstration (an
-  instruct model says more than the demonstration; at most the longest rung),
-  each rounded up to a rung of its ladder."""
+  """(prompt tokens, new tokens) for held-out ``tasks``: the longest templated
+  prompt, and room for 1.5x the longest demonstration (an instruct model says
+  more than the demonstration; at most the longest rung), each rounded up to a
+  rung of its ladder."""
   prompts = pool.reset(tasks)
-  domain = tasks[0].domain
-  prompt = max(len(fmt.prompt_ids(p.text)) for p in prompts)
-  demo = max(len(fmt.tokenizer.encode(p.info["demonstration"])) for p in prompts)
+  prompt, p_domain = max((len(fmt.prompt_ids(p.text)), t.domain) for p, t in zip(prompts, tasks))
+  demo, d_domain = max((len(fmt.tokenizer.encode(p.info["demonstration"])), t.domain)
+                       for p, t in zip(prompts, tasks))
   room = math.ceil(1.5 * demo) + 8
   if room > ANSWER_LADDER[-1]:  # the longest rung, if the demonstration itself fits
     room = demo + 8
-  return (_rung(PROMPT_LADDER, prompt, "prompt", domain), _rung(ANSWER_LADDER, room, "answer", domain))
+  return (_rung(PROMPT_LADDER, prompt, "prompt", p_domain), _rung(ANSWER_LADDER, room, "answer", d_domain))
+
+
+def plan(fmt, pool, domains, tasks: int, seed: int) -> list[tuple[tuple[int, int], list[str]]]:
+  """The evaluation runs: ((prompt tokens, new tokens), domains) each. Domains
+  are grouped by the budget of their own held-out tasks; as a run's held-out
+  tasks depend on its list of domains (one stream draws them in turn), each
+  group's budget is then raised to fit the tasks its run will evaluate."""
+  from rlpt.data import eval_tasks
+  groups = collections.defaultdict(list)
+  for d in domains:
+    groups[budget(fmt, pool, eval_tasks([d], tasks, seed=seed))].append(d)
+  runs = []
+  for key, ds in sorted(groups.items()):
+    need = budget(fmt, pool, eval_tasks(ds, tasks, seed=seed))
+    runs.append(((max(key[0], need[0]), max(key[1], need[1])), ds))
+  return runs
 
 
 def _config(model: str, domains, prompt_len: int, new_tokens: int, tasks: int, samples: int,
@@ -110,7 +126,6 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
   group (``pending`` lists the domains still to measure), so an interrupted
   table keeps the groups it finished."""
   from rlpt.config import TrainConfig, from_config_dict
-  from rlpt.data import eval_tasks
   from rlpt.bases import resolve_tokenizer
   from rlpt.rollout.envs import EnvPool
   from rlpt.config import EnvConfig
@@ -121,19 +136,16 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
   fmt = prompt_format(resolve_tokenizer(probe.base), probe.rollout.chat_template, probe.rollout.system_prompt)
   pool = EnvPool(tuple(domains), EnvConfig(workers=2, prompt_style=probe.env.prompt_style))
   try:
-    budgets = {d: budget(fmt, pool, eval_tasks([d], tasks, seed=probe.eval.seed)) for d in domains}
+    runs = plan(fmt, pool, domains, tasks, probe.eval.seed)
   finally:
     pool.close()
-  groups = collections.defaultdict(list)
-  for d in domains:
-    groups[budgets[d]].append(d)
   rows, seconds = {}, {}
 
   def result():
     return {"model": model, "tasks": tasks, "samples": samples, "seed": seed, "rows": dict(rows),
             "seconds": dict(seconds), "pending": [d for d in domains if d not in rows]}
 
-  for (prompt_len, new_tokens), ds in sorted(groups.items()):
+  for (prompt_len, new_tokens), ds in runs:
     cfg = from_config_dict(TrainConfig, _config(model, ds, prompt_len, new_tokens, tasks, samples,
                                                 batch, seed))
     start = time.perf_counter()
@@ -143,13 +155,14 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
         out = trainer.evaluate()
       finally:
         trainer.close()
-    seconds[f"{prompt_len}+{new_tokens}"] = time.perf_counter() - start
+    seconds[f"{prompt_len}+{new_tokens}"] = (seconds.get(f"{prompt_len}+{new_tokens}", 0.0)
+                                             + time.perf_counter() - start)
     for d in ds:
       rows[d] = {"greedy": out[f"success/{d}"], "sampled": out[f"sampled_success/{d}"],
                  "greedy_masked": out[f"success_masked/{d}"],
                  "sampled_masked": out[f"sampled_success_masked/{d}"],
                  "prompt_tokens": prompt_len, "new_tokens": new_tokens}
-    print(f"# {prompt_len}+{new_tokens} tokens: {len(ds)} domains in {seconds[f'{prompt_len}+{new_tokens}']:.0f} s",
+    print(f"# {prompt_len}+{new_tokens} tokens: {len(ds)} domains in {time.perf_counter() - start:.0f} s",
           flush=True)
     if on_group is not None:
       on_group(result())

@@ -103,3 +103,27 @@ def test_an_interrupted_signal_run_keeps_the_groups_it_finished(tmp_path, monkey
   rl_signal.main([f"--compare={out}"])
   text = capsys.readouterr().out
   assert "| a |  50.0 |  25.0 * |" in text and "warm: interrupted, not measured: b" in text
+
+
+class _SeedPool:
+  """Prompts whose length follows the task's seed: 110 characters, or 180 for
+  one seed in 16 (a long task)."""
+
+  def reset(self, tasks):
+    import types
+    return [types.SimpleNamespace(text="p" * (180 if t.seed % 16 == 0 else 110),
+                                  info={"demonstration": "d" * 30}) for t in tasks]
+
+
+def test_each_group_is_budgeted_for_the_tasks_its_run_evaluates():
+  from rlpt.data import eval_tasks
+  from rlpt.tokenizers import ByteTokenizer
+  from rlpt.tokenizers.prompts import PromptFormat
+  fmt, pool = PromptFormat(ByteTokenizer()), _SeedPool()
+  domains = [f"rlpt/d{i}-v0" for i in range(12)]
+  long = lambda ts: any(t.seed % 16 == 0 for t in ts)  # noqa: E731
+  # No domain's own 4 held-out tasks hold a long prompt, so all 12 form one
+  # group at 128 tokens; the run of the 12 draws other tasks, one of them long.
+  assert not any(long(eval_tasks([d], 4, seed=1)) for d in domains)
+  assert long(eval_tasks(domains, 4, seed=1))
+  assert rl_signal.plan(fmt, pool, domains, 4, seed=1) == [((192, 64), domains)]
