@@ -15,8 +15,8 @@ of the time, and ``*`` marks it.
 file or a Hugging Face directory (a warm-up's ``WORKDIR/model``), laid out as
 experiments/grpo_hf_import.py lays it out (instruct prompts in the model's
 chat template, or plain text for a base model without one). Each domain is
-measured on the held-out tasks every run evaluates (``eval.seed``):
-``--tasks`` of them, once greedy and ``--samples`` times sampled at the
+measured on held-out tasks (the eval split, ``eval.seed``; which ones depends
+on the run's list of domains, here its budget group's): ``--tasks`` of them, once greedy and ``--samples`` times sampled at the
 rollout's temperature (1.0). Domains are grouped by the token budget their
 prompts and demonstrations need (`budget`, `plan`), one compiled shape per group, so
 short-answer domains do not pay for CAD's scripts. ``--groups`` picks among
