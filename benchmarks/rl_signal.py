@@ -16,9 +16,10 @@ file or a Hugging Face directory (a warm-up's ``WORKDIR/model``), laid out as
 experiments/grpo_hf_import.py lays it out (instruct prompts in the model's
 chat template, or plain text for a base model without one). Each domain is
 measured on held-out tasks (the eval split, ``eval.seed``; which ones depends
-on the run's list of domains, here its budget group's): ``--tasks`` of them, once greedy and ``--samples`` times sampled at the
-rollout's temperature (1.0). Domains are grouped by the token budget their
-prompts and demonstrations need (`budget`, `plan`), one compiled shape per group, so
+on the run's list of domains, here its budget group's): ``--tasks`` of them,
+once greedy and ``--samples`` times sampled at the rollout's temperature
+(1.0). Domains are grouped by the token budget their prompts and
+demonstrations need (`budget`, `plan`), one compiled shape per group, so
 short-answer domains do not pay for CAD's scripts. ``--groups`` picks among
 GROUPS; ``--domains`` lists ids instead. The JSON written to ``--out`` holds
 every domain's counts, the budgets and the seconds each group took; it is
@@ -155,15 +156,14 @@ def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int
         out = trainer.evaluate()
       finally:
         trainer.close()
-    seconds[f"{prompt_len}+{new_tokens}"] = (seconds.get(f"{prompt_len}+{new_tokens}", 0.0)
-                                             + time.perf_counter() - start)
+    elapsed, key = time.perf_counter() - start, f"{prompt_len}+{new_tokens}"
+    seconds[key] = seconds.get(key, 0.0) + elapsed  # two groups may end with one budget
     for d in ds:
       rows[d] = {"greedy": out[f"success/{d}"], "sampled": out[f"sampled_success/{d}"],
                  "greedy_masked": out[f"success_masked/{d}"],
                  "sampled_masked": out[f"sampled_success_masked/{d}"],
                  "prompt_tokens": prompt_len, "new_tokens": new_tokens}
-    print(f"# {prompt_len}+{new_tokens} tokens: {len(ds)} domains in {time.perf_counter() - start:.0f} s",
-          flush=True)
+    print(f"# {key} tokens: {len(ds)} domains in {elapsed:.0f} s", flush=True)
     if on_group is not None:
       on_group(result())
   return result()

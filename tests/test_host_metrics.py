@@ -32,7 +32,7 @@ def test_compiles_are_counted_once_per_new_shape_by_the_pool_running_them():
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FOLLOW = """
-import mmap, sys
+import mmap
 import numpy as np
 from rlpt.device.telemetry import resident_mib
 with open("/proc/self/smaps_rollup") as f:
