@@ -24,7 +24,13 @@ short-answer domains do not pay for CAD's scripts. ``--groups`` picks among
 GROUPS; ``--domains`` lists ids instead. The JSON written to ``--out`` holds
 every domain's counts, the budgets and the seconds each group took; it is
 rewritten after each group, so an interrupted run keeps what it finished
-(``pending``: the domains it did not reach).
+(``pending``: the domains it did not reach), and ``--resume`` goes on with it,
+its held-out tasks unchanged (without an earlier file it starts one).
+``--max-runs=N`` stops after N groups, with exit status 3 while domains are
+pending: a loop of fresh processes keeps a large model's memory down:
+
+    while python benchmarks/rl_signal.py --model=gemma3-270m --batch=16 --max-runs=2 \
+        --resume --out=runs/signal/gemma_base.json; [ $? = 3 ]; do :; done
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ GROUPS = {
 LOW, HIGH = 0.05, 0.90
 PROMPT_LADDER = (128, 192, 256, 384, 640, 1024)
 ANSWER_LADDER = (64, 128, 256, 512)
+PENDING = 3  # the exit status of a run that stopped at --max-runs with domains left
 
 
 def has_signal(p: float) -> bool:
@@ -120,42 +127,54 @@ def _config(model: str, domains, prompt_len: int, new_tokens: int, tasks: int, s
   return c
 
 
-def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int = 0,
-            on_group=None) -> dict:
-  """Every domain's greedy and sampled counts (see the module docstring).
-  ``on_group(result)``, if given, receives the result so far after each budget
-  group (``pending`` lists the domains still to measure), so an interrupted
-  table keeps the groups it finished."""
-  from rlpt.config import TrainConfig, from_config_dict
+def _plan_for(model: str, domains, tasks: int, samples: int, batch: int, seed: int):
+  """`plan` with the model's prompt format and the domains' environments."""
   from rlpt.bases import resolve_tokenizer
+  from rlpt.config import EnvConfig, TrainConfig, from_config_dict
   from rlpt.rollout.envs import EnvPool
-  from rlpt.config import EnvConfig
   from rlpt.tokenizers.prompts import prompt_format
-  from rlpt.trainer import Trainer
-
   probe = from_config_dict(TrainConfig, _config(model, domains, 128, 64, tasks, samples, batch, seed))
   fmt = prompt_format(resolve_tokenizer(probe.base), probe.rollout.chat_template, probe.rollout.system_prompt)
   pool = EnvPool(tuple(domains), EnvConfig(workers=2, prompt_style=probe.env.prompt_style))
   try:
-    runs = plan(fmt, pool, domains, tasks, probe.eval.seed)
+    return plan(fmt, pool, domains, tasks, probe.eval.seed)
   finally:
     pool.close()
-  rows, seconds = {}, {}
+
+
+def _evaluate(config) -> dict:
+  """One budget group's held-out metrics, from a Trainer built for it."""
+  from rlpt.config import TrainConfig, from_config_dict
+  from rlpt.trainer import Trainer
+  with tempfile.TemporaryDirectory() as workdir:
+    trainer = Trainer(from_config_dict(TrainConfig, config), workdir)
+    try:
+      return trainer.evaluate()
+    finally:
+      trainer.close()
+
+
+def measure(model: str, domains, tasks: int, samples: int, batch: int, seed: int = 0,
+            on_group=None, done: dict | None = None, max_runs: int | None = None) -> dict:
+  """Every domain's greedy and sampled counts (see the module docstring).
+  ``on_group(result)``, if given, receives the result so far after each budget
+  group (``pending`` lists the domains still to measure), so an interrupted
+  table keeps the groups it finished. ``done``: an earlier result of the same
+  measurement, whose finished groups are kept, not run again (the plan, and so
+  every group's held-out tasks, is the same). ``max_runs``: measure at most
+  this many groups here, leaving the rest ``pending``."""
+  runs = _plan_for(model, domains, tasks, samples, batch, seed)
+  rows, seconds = dict((done or {}).get("rows", {})), dict((done or {}).get("seconds", {}))
 
   def result():
-    return {"model": model, "tasks": tasks, "samples": samples, "seed": seed, "rows": dict(rows),
-            "seconds": dict(seconds), "pending": [d for d in domains if d not in rows]}
+    return {"model": model, "domains": list(domains), "tasks": tasks, "samples": samples,
+            "batch": batch, "seed": seed, "rows": dict(rows), "seconds": dict(seconds),
+            "pending": [d for d in domains if d not in rows]}
 
-  for (prompt_len, new_tokens), ds in runs:
-    cfg = from_config_dict(TrainConfig, _config(model, ds, prompt_len, new_tokens, tasks, samples,
-                                                batch, seed))
+  todo = [(key, ds) for key, ds in runs if not all(d in rows for d in ds)]
+  for (prompt_len, new_tokens), ds in todo[:max_runs]:
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as workdir:
-      trainer = Trainer(cfg, workdir)
-      try:
-        out = trainer.evaluate()
-      finally:
-        trainer.close()
+    out = _evaluate(_config(model, ds, prompt_len, new_tokens, tasks, samples, batch, seed))
     elapsed, key = time.perf_counter() - start, f"{prompt_len}+{new_tokens}"
     seconds[key] = seconds.get(key, 0.0) + elapsed  # two groups may end with one budget
     for d in ds:
@@ -201,6 +220,25 @@ def table(results: list[dict], labels: list[str]) -> str:
   return "\n".join(lines)
 
 
+def _resumable(args, domains) -> dict:
+  """The earlier result in ``--out``, checked to be the same measurement: a
+  resumed run must evaluate the tasks the first one planned."""
+  if not args.out:
+    raise SystemExit("--resume needs --out: the JSON to go on with (or to start).")
+  if not os.path.exists(args.out):
+    print(f"# --resume: {args.out} does not exist yet; starting it", flush=True)
+    return {}
+  with open(args.out) as f:
+    done = json.load(f)
+  asked = {"model": args.model, "domains": list(domains), "tasks": args.tasks, "samples": args.samples,
+           "batch": args.batch, "seed": args.seed}
+  differ = [f"{k}: {done.get(k)!r} there, {v!r} here" for k, v in asked.items() if done.get(k) != v]
+  if differ:
+    raise SystemExit(f"--resume: {args.out} is another measurement ({'; '.join(differ)}); "
+                     "resume it with its own flags, or write a new --out.")
+  return done
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", help="a model name, .gguf file or Hugging Face directory")
@@ -213,6 +251,11 @@ def main(argv=None) -> None:
   parser.add_argument("--out", help="write the JSON result here")
   parser.add_argument("--label", default="", help="the column's name (default: the model)")
   parser.add_argument("--compare", help="JSON results to tabulate side by side, comma-separated")
+  parser.add_argument("--resume", action="store_true",
+                      help="go on with the run in --out (or start it): keep its finished groups, measure the rest")
+  parser.add_argument("--max-runs", type=int, default=None,
+                      help="measure at most this many budget groups in this process (a fresh process "
+                           "per few groups keeps a large model's memory down; go on with --resume)")
   args = parser.parse_args(argv)
   if args.compare:
     paths = args.compare.split(",")
@@ -233,6 +276,7 @@ def main(argv=None) -> None:
     if unknown:
       parser.error(f"--groups has {unknown}; expected some of {list(GROUPS)}.")
     domains = tuple(dict.fromkeys(d for g in names for d in GROUPS[g]))
+  done = _resumable(args, domains) if args.resume else None
   print(f"# {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {args.model}: "
         f"{len(domains)} domains x {args.tasks} tasks, greedy + {args.samples} sampled", flush=True)
 
@@ -244,9 +288,12 @@ def main(argv=None) -> None:
         json.dump(result, f, indent=1)
       os.replace(args.out + ".tmp", args.out)  # never a half-written file
 
-  result = measure(args.model, domains, args.tasks, args.samples, args.batch, args.seed, on_group=write)
+  result = measure(args.model, domains, args.tasks, args.samples, args.batch, args.seed, on_group=write,
+                   done=done, max_runs=args.max_runs)
   write(result)
   print(table([result], [args.label or os.path.basename(args.model.rstrip("/"))]))
+  if result["pending"]:
+    sys.exit(PENDING)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 import json
 import os
 import sys
+import types
 
 import pytest
 
@@ -88,7 +89,7 @@ def test_budget_rounds_prompt_and_answer_up_to_their_rungs():
 def test_an_interrupted_signal_run_keeps_the_groups_it_finished(tmp_path, monkeypatch, capsys):
   row = {"greedy": 0.5, "sampled": 0.25, "greedy_masked": 0.0, "sampled_masked": 0.0}
 
-  def measure(model, domains, tasks, samples, batch, seed, on_group):
+  def measure(model, domains, tasks, samples, batch, seed, on_group, **kw):
     on_group({"model": model, "rows": {domains[0]: row}, "seconds": {"128+64": 6.0},
               "pending": list(domains[1:])})
     raise KeyboardInterrupt  # stopped during the second group
@@ -127,3 +128,55 @@ def test_each_group_is_budgeted_for_the_tasks_its_run_evaluates():
   assert not any(long(eval_tasks([d], 4, seed=1)) for d in domains)
   assert long(eval_tasks(domains, 4, seed=1))
   assert rl_signal.plan(fmt, pool, domains, 4, seed=1) == [((192, 64), domains)]
+
+
+def _fake_groups(monkeypatch, runs):
+  """rl_signal with a fixed plan and an evaluation that records the groups it
+  is asked for (no model, no environments)."""
+  evaluated = []
+
+  def evaluate(config):
+    ds = list(config.domains.ids)
+    evaluated.append(ds)
+    out = {}
+    for i, d in enumerate(ds):
+      for kind in ("success", "sampled_success"):
+        out[f"{kind}/{d}"], out[f"{kind}_masked/{d}"] = 0.25 * (i + 1), 0.0
+    return out
+
+  monkeypatch.setattr(rl_signal, "_plan_for", lambda *a: runs)
+  monkeypatch.setattr(rl_signal, "_config", lambda model, ds, *a: types.SimpleNamespace(
+      domains=types.SimpleNamespace(ids=ds)))
+  monkeypatch.setattr(rl_signal, "_evaluate", evaluate)
+  return evaluated
+
+
+def test_a_signal_run_resumes_where_it_stopped_with_its_plan(tmp_path, monkeypatch):
+  a, b, c = "rlpt/a-v0", "rlpt/b-v0", "rlpt/c-v0"
+  runs = [((128, 64), [a, b]), ((256, 128), [c])]
+  evaluated = _fake_groups(monkeypatch, runs)
+  out = tmp_path / "signal.json"
+  flags = ["--model=m", f"--domains={a},{b},{c}", f"--out={out}", "--resume", "--max-runs=1"]
+  with pytest.raises(SystemExit) as stop:  # one group of two: the rest pending
+    rl_signal.main(flags)
+  assert stop.value.code == rl_signal.PENDING and evaluated == [[a, b]]
+  first = json.loads(out.read_text())
+  assert first["pending"] == [c] and first["domains"] == [a, b, c]
+  rl_signal.main(flags)  # the second process measures only what is pending
+  assert evaluated == [[a, b], [c]]
+  done = json.loads(out.read_text())
+  assert done["pending"] == [] and done["rows"][a] == first["rows"][a]
+  assert done["rows"][b]["sampled"] == 0.5 and done["rows"][c]["new_tokens"] == 128
+  assert set(done["seconds"]) == {"128+64", "256+128"}
+  rl_signal.main(flags)  # nothing left: nothing evaluated again
+  assert evaluated == [[a, b], [c]]
+
+
+def test_resume_refuses_another_measurement(tmp_path, monkeypatch):
+  _fake_groups(monkeypatch, [((128, 64), ["rlpt/a-v0"])])
+  out = tmp_path / "signal.json"
+  rl_signal.main(["--model=m", "--domains=rlpt/a-v0", f"--out={out}"])
+  with pytest.raises(SystemExit, match=r"another measurement \(tasks: 16 there, 8 here\)"):
+    rl_signal.main(["--model=m", "--domains=rlpt/a-v0", f"--out={out}", "--resume", "--tasks=8"])
+  with pytest.raises(SystemExit, match="--resume needs --out"):
+    rl_signal.main(["--model=m", "--domains=rlpt/a-v0", "--resume"])
