@@ -24,14 +24,8 @@ instead (operations then overlap and their times include waiting for a core).
 
 from __future__ import annotations
 
-import collections
-import glob
-import gzip
-import json
 import os
-import re
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -102,46 +96,6 @@ def build(part: str):
   return update, (state, batch, counts, jnp.float32(0.04)), 1
 
 
-_DEF = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\w+)\[([\d,]*)\]")
-_DOT = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = \w+\[([\d,]*)\]\S* dot\(%([\w.\-]+), "
-                  r"%[\w.\-]+\).*?lhs_contracting_dims=\{([\d,]*)\}")
-
-
-def dot_flops(hlo: str) -> dict[str, float]:
-  """FLOPs of every dot in the compiled HLO by instruction name, and of every
-  fusion by the name of the instruction that calls it (sum of its dots):
-  2 * output elements * contracted size."""
-  dims = lambda text: [int(d) for d in text.split(",") if d]
-  shapes = {m.group(1): dims(m.group(3)) for m in map(_DEF.match, hlo.splitlines()) if m}
-  flops, computation = {}, None
-  per_computation = collections.Counter()
-  for line in hlo.splitlines():
-    head = re.match(r"^(?:ENTRY )?%([\w.\-]+) ", line)
-    if head and line.rstrip().endswith("{"):
-      computation = head.group(1)
-    m = _DOT.match(line)
-    if m:
-      out, lhs, contracting = dims(m.group(2)), shapes.get(m.group(3), []), dims(m.group(4))
-      f = 2.0 * float(np.prod(out)) * float(np.prod([lhs[i] for i in contracting if i < len(lhs)]))
-      flops[m.group(1)] = f
-      per_computation[computation] += f
-  for line in hlo.splitlines():
-    m = re.match(r"^\s*(?:ROOT )?%([\w.\-]+) = .* fusion\(.*calls=%([\w.\-]+)", line)
-    if m and per_computation[m.group(2)]:
-      flops[m.group(1)] = per_computation[m.group(2)]
-  return flops
-
-
-def kind_of(ops: set[str]) -> str:
-  if "dot" in ops or "convolution" in ops:
-    return "matmul" if ops <= {"dot", "convolution", "parameter", "bitcast"} else "matmul+fused"
-  if "reduce" in ops or "reduce-window" in ops:
-    return "reduction"
-  if ops & {"transpose", "copy", "concatenate"} and not ops & {"add", "multiply", "exponential"}:
-    return "copy/transpose"
-  return "element-wise"
-
-
 def main(_):
   from launch.common import quiet_libraries
   quiet_libraries()  # orbax / XLA INFO lines would bury the figures
@@ -150,70 +104,18 @@ def main(_):
   t = time.perf_counter()
   jax.block_until_ready(fn(*args))
   wall = time.perf_counter() - t
-  trace_dir = _TRACE_DIR.value or tempfile.mkdtemp(prefix="rlpt_profile_")
-  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-    jax.block_until_ready(fn(*args))
-  files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True))
-  if not files:
-    raise SystemExit(f"the profiler wrote no Perfetto trace under {trace_dir}.")
-  with gzip.open(files[-1]) as f:
-    events = json.load(f)["traceEvents"]
-  total, count = collections.Counter(), collections.Counter()
-  for e in events:
-    name = e.get("name", "")
-    if e.get("ph") == "X" and not name.startswith(("$", "ThunkExecutor", "SlinkyThreadPool")):
-      total[name] += e.get("dur", 0)
-      count[name] += 1
-  hlo = fn.lower(*args).compile().as_text()
-
-  def describe(name: str) -> tuple[str, set[str]]:
-    m = re.search(r"^\s*%?" + re.escape(name) + r" = (\S+) (\w+)\((.*)$", hlo, re.M)
-    if not m:
-      return "", set()
-    shape, op = m.group(1), m.group(2)
-    ops = {op}
-    calls = re.search(r"calls=%([\w.\-]+)", m.group(3))
-    if calls:
-      body = re.search(r"^%" + re.escape(calls.group(1)) + r" .*?\n}", hlo, re.M | re.S)
-      if body:
-        ops = set(re.findall(r"= \S+ ([\w\-]+)\(", body.group(0))) - {"parameter", "constant"}
-    return shape, ops
-
-  per = "per decode step" if steps > 1 else "per call"
-  print(f"{_PART.value}: {wall * 1e3:.1f} ms wall per call"
-        + (f" ({wall / steps * 1e3:.2f} ms per decode step)" if steps > 1 else ""))
-  by_kind = collections.Counter()
-  rows = []
-  for name, us in total.items():
-    shape, ops = describe(name)
-    by_kind[kind_of(ops) if ops else "runtime"] += us
-    rows.append((us, name, shape, ops))
-  scale = 1e3 * (steps if steps > 1 else 1)
-  overlap = "; summed over concurrently running ops" if flags.FLAGS.all_cores else ""
-  print(f"\ntime by kind ({per}, ms{overlap}):")
-  for kind, us in by_kind.most_common():
-    print(f"  {kind:15s} {us / scale:9.3f}")
-  print(f"\ntop {_TOP.value} operations ({per}, ms):")
-  for us, name, shape, ops in sorted(rows, reverse=True)[:_TOP.value]:
-    fused = ",".join(sorted(ops - {"bitcast"}))[:48]
-    print(f"  {us / scale:9.3f}  {name[:28]:28s} {shape[:34]:34s} {fused}")
-  # Ceiling analysis: the matmuls at their measured rate, everything else at 0 s.
-  flops = dot_flops(hlo)
-  mm_us = sum(us for us, name, _, ops in rows if flops.get(name))
-  # Each traced op ran count[name] times (decode ops once per step).
-  mm_flops = sum(flops[name] * count[name] for _, name, _, _ in rows if flops.get(name))
-  all_us = sum(total.values())
   import workload as W
-  roof = W.matmul_roofline()  # one device here: this core's rate
-  print(f"\nceiling ({per}): matmuls {mm_flops / scale / 1e6:.3f} GFLOP in {mm_us / scale:.3f} ms "
-        f"= {mm_flops / mm_us / 1e3:.1f} GFLOP/s; outside matmuls {(all_us - mm_us) / scale:.3f} ms "
-        f"({(all_us - mm_us) / all_us:.0%} of op time)")
-  print(f"  matmul roofline on this device {roof:.1f} GFLOP/s: reached {mm_flops / all_us / 1e3 / roof:.1%}"
-        f" of it over all ops; {mm_flops / mm_us / 1e3 / roof:.1%} if everything outside the "
-        "matmuls took no time")
+  import xla_profile
+  events, trace_file = xla_profile.trace(lambda: jax.block_until_ready(fn(*args)), _TRACE_DIR.value)
+  hlo = fn.lower(*args).compile().as_text()
+  total, count = next(v for m, v in xla_profile.op_times(events).items() if m)  # the one program
+  print(f"{_PART.value}: {wall * 1e3:.1f} ms wall per call"
+        + (f" ({wall / steps * 1e3:.2f} ms per decode step)" if steps > 1 else "") + "\n")
+  # The matmul rate of one device here: this core's.
+  xla_profile.report(total, count, hlo, W.matmul_roofline(), steps=steps, top=_TOP.value,
+                     overlap=flags.FLAGS.all_cores)
   if _TRACE_DIR.value:
-    print(f"\ntrace: {files[-1]} (open in https://ui.perfetto.dev)")
-
+    print(f"\ntrace: {trace_file} (open in https://ui.perfetto.dev)")
 
 
 if __name__ == "__main__":

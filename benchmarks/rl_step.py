@@ -1,6 +1,7 @@
 r"""Sampler decode throughput and RL step time for an experiment config.
 
     python benchmarks/rl_step.py [--config=experiments/grpo_default.py] [--steps=10]
+    python benchmarks/rl_step.py --config=... --profile=/tmp/rl_step_profile   # + where the time goes
 
 Decode throughput: the config's batch decodes exactly ``max_new_tokens`` tokens
 (stop tokens disabled) after one warm-up call; median of 3. Step time: full
@@ -9,6 +10,7 @@ steps; median and breakdown. Uses the config's base model (built and cached on
 first use, as `make train` does).
 """
 
+import glob
 import os
 import statistics
 import sys
@@ -17,6 +19,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# --profile: the compiled programs' optimised HLO is dumped (set before JAX starts).
+_DUMP = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--profile=")), "")
+if _DUMP:
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={_DUMP}/hlo "
+                             "--xla_dump_hlo_as_text").strip()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -27,6 +35,36 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", os.path.join(os.path.dirname(__file__), "..", "experiments", "grpo_default.py"),
     "Experiment config.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed RL steps.")
+flags.DEFINE_string(
+    "profile", "", "Trace one more RL step under jax.profiler into this directory and print, for "
+    "each compiled program that took at least 2% of its op time, where that time went (XLA "
+    "operations by kind, the slowest, the matmuls' share of the matmul rate).")
+
+
+def _hlo_of(dump: str, module: str, ops) -> str:
+  """The optimised HLO of ``module`` among the dumped ones: of the programs so
+  named (one per compiled shape), the one that holds the most of ``ops``."""
+  texts = []
+  for path in glob.glob(os.path.join(dump, f"module_*.{module}.cpu_after_optimizations.txt")):
+    with open(path) as f:
+      texts.append(f.read())
+  return max(texts, key=lambda t: sum(f"%{op} = " in t for op in ops), default="")
+
+
+def profile(trainer, directory: str, device_gflops: float) -> None:
+  """One RL step under the profiler; per compiled program, `xla_profile.report`."""
+  import xla_profile
+  events, trace_file = xla_profile.trace(trainer.train_step, os.path.join(directory, "trace"))
+  modules = {m: v for m, v in xla_profile.op_times(events).items() if m}
+  grand = sum(sum(total.values()) for total, _ in modules.values())
+  print(f"\nprofile of one RL step ({trace_file}): XLA op time {grand / 1e6:.2f} s summed over "
+        f"{jax.device_count()} device(s), matmul rate {device_gflops:.1f} GFLOP/s per device")
+  for module, (total, count) in sorted(modules.items(), key=lambda kv: -sum(kv[1][0].values())):
+    if sum(total.values()) < 0.02 * grand:
+      continue
+    print(f"\n## {module}: {sum(total.values()) / 1e6:.2f} s of op time")
+    hlo = _hlo_of(os.path.join(directory, "hlo"), module, total)
+    xla_profile.report(total, count, hlo, device_gflops, top=12, overlap=True)
 
 
 def main(_):
@@ -119,6 +157,8 @@ def main(_):
   print(f"decode ceiling at batch {ro.batch_size}: {n_tokens / floor:,.0f} tokens/s ({binds}-bound: "
         f"{flops / 1e9:.0f} GFLOP, {moved / 1e9:.1f} GB at {bandwidth / 1e9:.1f} GB/s); the sampler "
         f"(prefill of a {prompt}-token buffer included) reaches {floor / decode_s:.0%} of it")
+  if _DUMP:
+    profile(trainer, _DUMP, roof / 1e9 / jax.device_count())
   import resource
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
   print(f"peak host memory (max RSS of this process): {peak:.2f} GiB")
