@@ -36,9 +36,10 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Experiment config.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed RL steps.")
 flags.DEFINE_string(
-    "profile", "", "Trace one more RL step under jax.profiler into this directory and print, for "
-    "each compiled program that took at least 2% of its op time, where that time went (XLA "
-    "operations by kind, the slowest, the matmuls' share of the matmul rate).")
+    "profile", "", "Trace the reference pass and update of one more RL step under jax.profiler "
+    "into this directory and print, for each compiled program that took at least 2% of the op "
+    "time, where that time went (XLA operations by kind, the slowest, the matmuls' share of the "
+    "matmul rate).")
 
 
 def _hlo_of(dump: str, module: str, ops) -> str:
@@ -52,12 +53,22 @@ def _hlo_of(dump: str, module: str, ops) -> str:
 
 
 def profile(trainer, directory: str, device_gflops: float) -> None:
-  """One RL step under the profiler; per compiled program, `xla_profile.report`."""
+  """The update of one more RL step (its reference pass and update, run again
+  on the step's batch) under the profiler; per compiled program,
+  `xla_profile.report`. Generation stays out: its thousands of decode
+  operations would overflow the profiler's event buffer."""
   import xla_profile
-  events, trace_file = xla_profile.trace(trainer.train_step, os.path.join(directory, "trace"))
+  actor, seen = trainer.actor, []
+  update = actor.update
+  actor.update = lambda batch, step: seen.append((batch, step)) or update(batch, step)
+  try:
+    trainer.train_step()
+  finally:
+    del actor.update
+  events, trace_file = xla_profile.trace(lambda: update(*seen[-1]), os.path.join(directory, "trace"))
   modules = {m: v for m, v in xla_profile.op_times(events).items() if m}
   grand = sum(sum(total.values()) for total, _ in modules.values())
-  print(f"\nprofile of one RL step ({trace_file}): XLA op time {grand / 1e6:.2f} s summed over "
+  print(f"\nprofile of one RL update ({trace_file}): XLA op time {grand / 1e6:.2f} s summed over "
         f"{jax.device_count()} device(s), matmul rate {device_gflops:.1f} GFLOP/s per device")
   for module, (total, count) in sorted(modules.items(), key=lambda kv: -sum(kv[1][0].values())):
     if sum(total.values()) < 0.02 * grand:
