@@ -15,6 +15,7 @@ else took no time.
 from __future__ import annotations
 
 import collections
+import functools
 import glob
 import gzip
 import json
@@ -89,17 +90,32 @@ def dot_flops(hlo: str) -> dict[str, float]:
 def describe(hlo: str, name: str) -> tuple[str, set[str]]:
   """An instruction's output shape and the operations it runs (a fusion's:
   those of the computation it calls)."""
-  m = re.search(r"^\s*(?:ROOT )?%?" + re.escape(name) + r" = (\S+) ([\w\-]+)\((.*)$", hlo, re.M)
-  if not m:
-    return "", set()
-  shape, op = m.group(1), m.group(2)
-  ops = {op}
-  calls = re.search(r"calls=%([\w.\-]+)", m.group(3))
-  if calls:
-    body = re.search(r"^%" + re.escape(calls.group(1)) + r" .*?\n}", hlo, re.M | re.S)
-    if body:
-      ops = set(re.findall(r"= \S+ ([\w\-]+)\(", body.group(0))) - {"parameter", "constant"}
-  return shape, ops
+  return _index(hlo).get(name, ("", set()))
+
+
+_INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+) ([\w\-]+)\((.*)$")
+
+
+@functools.lru_cache(maxsize=4)
+def _index(hlo: str) -> dict[str, tuple[str, set[str]]]:
+  """Every instruction of ``hlo``: (output shape, operations run), read in one
+  pass (a real step's HLO has tens of thousands of instructions)."""
+  bodies, instrs, computation = collections.defaultdict(set), {}, None
+  for line in hlo.splitlines():
+    head = re.match(r"^(?:ENTRY )?%([\w.\-]+) ", line)
+    if head and line.rstrip().endswith("{"):
+      computation = head.group(1)
+      continue
+    m = _INSTR.match(line)
+    if m:
+      instrs[m.group(1)] = (m.group(2), m.group(3), m.group(4))
+      if m.group(3) not in ("parameter", "constant"):
+        bodies[computation].add(m.group(3))
+  out = {}
+  for name, (shape, op, rest) in instrs.items():
+    calls = re.search(r"calls=%([\w.\-]+)", rest)
+    out[name] = (shape, set(bodies[calls.group(1)]) if calls and calls.group(1) in bodies else {op})
+  return out
 
 
 def kind_of(ops: set[str]) -> str:

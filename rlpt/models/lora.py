@@ -33,6 +33,7 @@ from flax import nnx
 
 from rlpt.config.model import LORA_TARGETS as TARGETS
 from rlpt.config.model import LoraConfig
+from rlpt.models.adapted import LoraWeight, base_weight  # noqa: F401  (re-exported)
 from rlpt.models.hf import SafetensorsReader, write_safetensors
 
 def _weight(params: nnx.State, layer: int, target: str) -> nnx.Variable:
@@ -73,32 +74,39 @@ def _value(x):
 
 
 def apply_lora(params: nnx.State, adapters: nnx.State, cfg: LoraConfig) -> nnx.State:
-  """The params with every adapted weight replaced by W + scale * A @ B (pure, jittable).
-
-  Dtypes follow the base weights; untouched weights are passed through.
-  """
+  """The params with every adapted weight's value a ``LoraWeight`` (the frozen
+  weight and its adapters, which the model applies factored); pure, jittable,
+  the form to differentiate. Untouched weights are passed through;
+  ``merge_lora`` gives plain merged weights instead."""
   blocks = adapters["decoder"]["blocks"]
-  deltas = {}
+  found = {}
   for i in blocks:
     for module, targets in blocks[i].items():
       for t, ab in targets.items():
-        a, b = _value(ab["lora_a"]), _value(ab["lora_b"])
-        deltas[("decoder", "blocks", int(i), module, t)] = jnp.tensordot(a, b, axes=1) * cfg.scale
+        found[("decoder", "blocks", int(i), module, t)] = (_value(ab["lora_a"]), _value(ab["lora_b"]))
 
   def one(path, var):
     key = tuple(getattr(p, "key", getattr(p, "idx", None)) for p in path)
-    delta = deltas.get(key)
-    if delta is None:
+    ab = found.get(key)
+    if ab is None:
       return var
-    w = var.get_value()
-    return var.replace((w + delta.astype(w.dtype)))
+    return var.replace(LoraWeight(var.get_value(), *ab, cfg.scale))
 
   return jax.tree_util.tree_map_with_path(one, params,
                                           is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
-merge_lora = jax.jit(apply_lora, static_argnums=2)
-merge_lora.__doc__ = "Merged plain params for the sampler: jitted ``apply_lora``."
+def _merge(params: nnx.State, adapters: nnx.State, cfg: LoraConfig) -> nnx.State:
+  def one(var):
+    w = var.get_value()
+    return var.replace(w.merged()) if isinstance(w, LoraWeight) else var
+  return jax.tree.map(one, apply_lora(params, adapters, cfg),
+                      is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+merge_lora = jax.jit(_merge, static_argnums=2)
+merge_lora.__doc__ = ("The params with every adapted weight merged, W + scale * A @ B in W's "
+                      "dtype (plain arrays: the sampler's weights, exports); jitted.")
 
 
 def num_adapter_params(adapters: nnx.State) -> int:

@@ -21,15 +21,21 @@ from rlpt.attention import attention, attention_mask, rope_frequencies
 from rlpt.attention.decode import sharded_decode_attention
 from rlpt.attention.rope import apply_rope_with_frequencies
 from rlpt.models.cache import KVCache, LayerKV, attention_with_lse, write_kv
+from rlpt.models.adapted import LoraWeight, base_weight
 from rlpt.config.model import ModelConfig
 from rlpt.sharding import constrain
 
 
 def project(eq: str, x, w, dtype):
   """``einsum(eq, x, w)``, both operands in ``dtype``, accumulated in fp32 and
-  rounded once: no backend widens a bf16 weight to an fp32 copy first."""
-  return jnp.einsum(eq, x.astype(dtype), w.astype(dtype),
-                    preferred_element_type=jnp.float32).astype(dtype)
+  rounded once: no backend widens a bf16 weight to an fp32 copy first. A
+  LoRA-adapted weight (rlpt.models.lora.LoraWeight) adds its adapters'
+  product, factored."""
+  y = jnp.einsum(eq, x.astype(dtype), base_weight(w).astype(dtype),
+                 preferred_element_type=jnp.float32)
+  if isinstance(w, LoraWeight):
+    y = y + w.delta(eq, x, dtype)
+  return y.astype(dtype)
 
 
 def _param(rngs: nnx.Rngs, shape, axes, scale: float) -> nnx.Param:
@@ -256,9 +262,16 @@ class MLP(nnx.Module):
     dt = self.cfg.jnp_dtype
     # Gate and up in one matmul over stacked weights (on CPU one [D, 2F] product
     # is faster than two [D, F] ones; stacking keeps the mlp sharding).
-    w_DxCxF = jnp.stack([self.w_gate[...], self.w_up[...]], axis=1).astype(dt)
+    w_gate, w_up = self.w_gate[...], self.w_up[...]
+    w_DxCxF = jnp.stack([base_weight(w_gate), base_weight(w_up)], axis=1).astype(dt)
     gu = project("btd,dcf->btcf", x_BxTxD, w_DxCxF, dt)
     gate, up = gu[..., 0, :], gu[..., 1, :]
+    # LoRA-adapted gate or up: the adapters' products, factored, on the
+    # stacked product (rounded once more: the stack's sum is in dt).
+    if isinstance(w_gate, LoraWeight):
+      gate = (gate + w_gate.delta("btd,df->btf", x_BxTxD, dt)).astype(dt)
+    if isinstance(w_up, LoraWeight):
+      up = (up + w_up.delta("btd,df->btf", x_BxTxD, dt)).astype(dt)
     if self.cfg.mlp_activation == "gelu_tanh":
       act = jax.nn.gelu(gate, approximate=True)
     else:

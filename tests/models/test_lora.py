@@ -1,6 +1,8 @@
 """LoRA: starts at the base, trains only the adapters, merges for the sampler,
 shards like its weights and saves in PEFT's layout."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -153,7 +155,7 @@ def test_peft_layout_and_round_trip(base, tmp_path):
   name = "base_model.model.model.layers.0.self_attn.o_proj"
   assert t[f"{name}.lora_A.weight"].shape == (4, 32) and t[f"{name}.lora_B.weight"].shape == (32, 4)
   # PEFT's merge (W_hf + scale * B @ A) equals rlpt's merge in the HF layout.
-  merged_hf = hf_state_dict(apply_lora(params, adapters, LORA), CFG, "llama")
+  merged_hf = hf_state_dict(merge_lora(params, adapters, LORA), CFG, "llama")
   base_hf = hf_state_dict(params, CFG, "llama")
   for i in range(2):
     for mod in ("self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj"):
@@ -167,3 +169,45 @@ def test_peft_layout_and_round_trip(base, tmp_path):
   assert cfg.rank == 4 and cfg.alpha == 8.0 and set(cfg.targets) == set(LORA.targets)
   jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y)),
                nnx.to_pure_dict(back), nnx.to_pure_dict(adapters))
+
+
+def _merged_forward(graphdef, params, adapters, tokens):
+  """The reference: the model on plain weights W + scale * A @ B."""
+  return forward_logits(graphdef, merge_lora(params, adapters, LORA), tokens)
+
+
+def test_factored_adapters_equal_the_merged_weights_in_logits_and_gradients(base):
+  graphdef, params = base
+  adapters = _randomize_b(_init(params, LORA, jax.random.key(1)), jax.random.key(6))
+  tokens = jax.random.randint(jax.random.key(7), (2, 9), 0, 64)
+  np.testing.assert_allclose(np.asarray(_fwd_lora(graphdef, params, adapters, tokens)),
+                             np.asarray(jax.jit(_merged_forward, static_argnums=0)(
+                                 graphdef, params, adapters, tokens)), atol=1e-5, rtol=1e-5)
+
+  def loss(fwd):
+    return lambda ad: jnp.sum(jnp.tanh(fwd(graphdef, params, ad, tokens)))
+  factored = jax.jit(jax.grad(loss(lambda g, p, a, t: forward_logits(g, apply_lora(p, a, LORA), t))))
+  merged = jax.jit(jax.grad(loss(_merged_forward)))
+  for got, want in zip(jax.tree.leaves(factored(adapters)), jax.tree.leaves(merged(adapters))):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-4)
+
+
+def test_the_update_forms_no_weight_sized_product(base):
+  """Differentiating the factored form never builds the frozen weights'
+  gradient: no dot in the traced backward has a base weight's shape (the
+  merged form has one per adapted weight, x^T dy)."""
+  graphdef, params = base
+  adapters = _randomize_b(_init(params, LORA, jax.random.key(1)), jax.random.key(8))
+  tokens = jax.random.randint(jax.random.key(9), (2, 9), 0, 64)
+
+  def dot_shapes(fwd):
+    grad = jax.jit(jax.grad(lambda ad: jnp.sum(fwd(graphdef, params, ad, tokens))))
+    text = grad.lower(adapters).as_text()  # StableHLO, as autodiff built it
+    return {tuple(int(d) for d in m.split("x")[:-1])
+            for m in re.findall(r"stablehlo\.dot_general.*-> tensor<([\dx]+f32)>", text)}
+
+  weights = {(32, 48), (48, 32), (32, 4, 8), (4, 8, 32), (32, 2, 8)}  # gate/up, down, wq, wo, wk/wv
+  factored = dot_shapes(lambda g, p, a, t: forward_logits(g, apply_lora(p, a, LORA), t))
+  merged = dot_shapes(_merged_forward)
+  assert not weights & factored
+  assert weights & merged  # the check can see them
