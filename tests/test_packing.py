@@ -204,8 +204,11 @@ def test_packed_logprobs_and_update_equal_one_sequence_per_row(loss_cfg, group):
                                    loss_cfg=loss_cfg, sampling=sampling)
     results.append((state.params, metrics))
   (pa, ma), (pb, mb) = results
+  # Adam's first step moves each weight by lr * g / (|g| + eps): a weight whose
+  # gradient is near eps moves by a visible share of lr (1e-3) for a rounding
+  # difference in g, so 2e-6 (0.2% of the step), not fp32 precision.
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
-    np.testing.assert_allclose(np.asarray(y), np.asarray(x), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x), atol=2e-6, rtol=0)
   for k in ma:
     np.testing.assert_allclose(float(mb[k]), float(ma[k]), rtol=1e-5, atol=1e-6, err_msg=k)
 
