@@ -63,7 +63,3 @@ class LoraWeight:
                      preferred_element_type=jnp.float32)
     return xab * jnp.float32(self.scale)
 
-
-def base_weight(w):
-  """The frozen weight of a ``LoraWeight``; any other weight itself."""
-  return w.w if isinstance(w, LoraWeight) else w

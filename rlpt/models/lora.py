@@ -33,7 +33,7 @@ from flax import nnx
 
 from rlpt.config.model import LORA_TARGETS as TARGETS
 from rlpt.config.model import LoraConfig
-from rlpt.models.adapted import LoraWeight, base_weight  # noqa: F401  (re-exported)
+from rlpt.models.adapted import LoraWeight
 from rlpt.models.hf import SafetensorsReader, write_safetensors
 
 def _weight(params: nnx.State, layer: int, target: str) -> nnx.Variable:

@@ -21,7 +21,7 @@ from rlpt.attention import attention, attention_mask, rope_frequencies
 from rlpt.attention.decode import sharded_decode_attention
 from rlpt.attention.rope import apply_rope_with_frequencies
 from rlpt.models.cache import KVCache, LayerKV, attention_with_lse, write_kv
-from rlpt.models.adapted import LoraWeight, base_weight
+from rlpt.models.adapted import LoraWeight
 from rlpt.config.model import ModelConfig
 from rlpt.sharding import constrain
 
@@ -29,11 +29,12 @@ from rlpt.sharding import constrain
 def project(eq: str, x, w, dtype):
   """``einsum(eq, x, w)``, both operands in ``dtype``, accumulated in fp32 and
   rounded once: no backend widens a bf16 weight to an fp32 copy first. A
-  LoRA-adapted weight (rlpt.models.lora.LoraWeight) adds its adapters'
+  LoRA-adapted weight (rlpt.models.adapted.LoraWeight) adds its adapters'
   product, factored."""
-  y = jnp.einsum(eq, x.astype(dtype), base_weight(w).astype(dtype),
+  adapted = isinstance(w, LoraWeight)
+  y = jnp.einsum(eq, x.astype(dtype), (w.w if adapted else w).astype(dtype),
                  preferred_element_type=jnp.float32)
-  if isinstance(w, LoraWeight):
+  if adapted:
     y = y + w.delta(eq, x, dtype)
   return y.astype(dtype)
 
