@@ -184,10 +184,13 @@ def _prefill(sampler: Sampler, params, prompts_BxP, lengths_B, cache):
   key_pos_BxS = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
   mask = (None if sampler.long_context else
           causal_mask(positions_BxP, key_pos_BxS, key_pos_BxS < lengths_B[:, None]))
-  logits_BxPxV, cache = model(prompts_BxP, positions_BxP, mask, cache,
-                              jnp.zeros((b,), jnp.int32))
-  last = jnp.take_along_axis(logits_BxPxV, (lengths_B - 1)[:, None, None], axis=1)[:, 0]
-  return last, cache
+  h_BxPxD, cache = model.decoder(prompts_BxP, positions_BxP, mask, cache,
+                                 jnp.zeros((b,), jnp.int32))
+  # Only the last prompt position's logits are needed: the head runs on its
+  # hidden state alone, not on [B, P, V] (at a 262,144-entry vocabulary, 3.2 GB
+  # and a TFLOP for 16 prompts of 192 tokens).
+  h_Bx1xD = jnp.take_along_axis(h_BxPxD, (lengths_B - 1)[:, None, None], axis=1)
+  return model.head(h_Bx1xD)[:, 0], cache
 
 
 def _decode_impl(sampler: Sampler, params, state: DecodeState, sampling: SamplingParams):
