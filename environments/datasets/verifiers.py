@@ -217,8 +217,11 @@ _FORMULA_WORDS = {
 }
 _SHORT_WORDS = {"is", "of", "to", "in", "it", "so", "we", "be", "as", "at", "by", "if", "on", "an", "no", "not", "the"}
 _PERCENT_WORDS = {"percent", "percentage", "pct"}
-# "18 eggs", "3 hours.": a value followed by plain unit words.
-_UNIT_WORDS_RE = re.compile(r"^(.*?[\d}).])\s+((?:[A-Za-z]{2,}\.?\s*)+)$", re.DOTALL)
+# "18 eggs", "3 hours.": a value followed by plain unit words. Each word is a
+# whole run of letters ((?![A-Za-z])): were a run splittable into words, a
+# run of n letters not followed by the end would be tried in exponentially
+# many splits (40 letters took 18 s, holding the GIL: every thread stalls).
+_UNIT_WORDS_RE = re.compile(r"^(.*?[\d}).])\s+((?:[A-Za-z]{2,}(?![A-Za-z])\.?\s*)+)$", re.DOTALL)
 
 
 def _words(text: str) -> list[str]:

@@ -4,6 +4,9 @@ written for this file (no public data)."""
 
 import concurrent.futures
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -97,6 +100,26 @@ def test_hostile_values_are_refused_quickly(hostile):
     start = time.monotonic()
     assert _verdict(hostile, "12") == "MALFORMED"
     assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize("reply", [
+    "5 " + "a" * 60 + "!",            # one long run of letters after a value, not at the end
+    "The total is 7 " + "xy" * 40 + "?",
+    "5 " + "ab. " * 500 + "1",
+])
+def test_unit_word_stripping_is_not_exponential(reply):
+  """A reply a small base model writes ("5 aaaa...a!") once made the unit-word
+  pattern try every split of the run into words: 40 letters took 18 s and 60
+  would take days, holding the GIL, so no time-out could stop it and every
+  grading thread stalled. Graded in a child process, so a regression fails
+  here instead of hanging the suite."""
+  code = ("import json, sys; from environments.datasets import verifiers; "
+          "k = verifiers.get_verifier('math'); "
+          "print(k.grade(json.loads(sys.argv[1]), '12', verifiers.resolve_options(k, {})).verdict.value)")
+  done = subprocess.run([sys.executable, "-c", code, json.dumps(reply)], capture_output=True, text=True,
+                        timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.strip() in {"FAIL", "MALFORMED"}
 
 
 def test_grading_works_in_worker_threads():
