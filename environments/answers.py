@@ -50,7 +50,7 @@ import re
 from typing import Any, Callable, Hashable
 
 __all__ = [
-    "AnswerLine", "FinalAnswer", "Fenced", "alternatives", "boxes", "braced", "clean", "final_answer", "final_block",
+    "AnswerLine", "FinalAnswer", "Fenced", "alternatives", "box_spans", "boxes", "braced", "clean", "final_answer", "final_block",
     "final_json", "last_boxed", "one_value", "plain", "several", "several_feedback",
 ]
 
@@ -67,9 +67,17 @@ NUMBER_LINE_RE = re.compile(
     r"[-−]?\s*(?:\\?[$€£¥])?\s*(?:\d{1,3}(?: \d{3})+|\d[\d,]*)?(?:\.\d+)?\s*(?:\\?[$€£¥%])?")
 _FENCE_OPEN_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n`]*$", re.MULTILINE)
 _TEXT_WRAP_RE = re.compile(r"^\\(?:text|textbf|textit|mathrm|mathbf|mbox)\s*\{(.*)\}$", re.DOTALL)
-_ALTERNATIVE_RE = re.compile(r"\s+(?:and/)?or\s+", re.IGNORECASE)
+# (?<!\s): a match starts only where a run of spaces does, not at each of its
+# spaces in turn (quadratic in the run).
+_ALTERNATIVE_RE = re.compile(r"(?<!\s)\s+(?:and/)?or\s+", re.IGNORECASE)
 MAX_JSON_SCANS = 64  # opening brackets tried when a reply holds JSON inside prose
 _JSON_START_RE = re.compile(r"[{\[]")
+_BRACE_RE = re.compile(r"[{}]")
+# Boxes of one reply that become answer candidates: the last ones. A reply of
+# more boxes than this offers several answers unless they agree, and each
+# candidate is read on its own (`plain`), so hundreds of nested boxes would
+# cost their count times the reply's length.
+MAX_BOXES = 32
 
 
 def braced(text: str, start: int) -> str | None:
@@ -85,14 +93,32 @@ def braced(text: str, start: int) -> str | None:
     return None
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Index of each balanced '{' -> index of its '}', in one pass (what `braced`
+    finds for each, without scanning the text again per brace)."""
+    close, stack = {}, []
+    for match in _BRACE_RE.finditer(text):
+        if match.group() == "{":
+            stack.append(match.start())
+        elif stack:
+            close[stack.pop()] = match.start()
+    return close
+
+
+def box_spans(text: str) -> list[tuple[int, int, int]]:
+    """(start of the command, start and end of the content) of every balanced
+    \\boxed{...} / \\fbox{...} of `text`, in order; linear in the text, so
+    a reply of hundreds of nested boxes costs no more than its length."""
+    matches = list(BOXED_RE.finditer(text))
+    if not matches:
+        return []
+    close = _closing_braces(text)
+    return [(m.start(), m.end(), close[m.end() - 1]) for m in matches if m.end() - 1 in close]
+
+
 def boxes(text: str) -> list[str]:
     """Contents of every balanced \\boxed{...} / \\fbox{...} of `text`, in order."""
-    found = []
-    for match in BOXED_RE.finditer(text):
-        content = braced(text, match.end())
-        if content is not None:
-            found.append(content)
-    return found
+    return [text[start:end] for _, start, end in box_spans(text)]
 
 
 def last_boxed(text: str) -> str | None:
@@ -173,10 +199,11 @@ def _statement_text(text: str, start: int, multiline: bool = False) -> str:
     display = _DISPLAY_START_RE.match(rest)
     if display:
         end = max(end, display.end())
-    for box in BOXED_RE.finditer(rest[:end]):
-        content = braced(rest, box.end())
-        if content is not None:
-            end = max(end, box.end() + len(content) + 1)
+    opened_by = end  # boxes opened before the line's end are kept whole
+    for _, start, close in box_spans(rest):
+        if start > opened_by:
+            break
+        end = max(end, close + 1)
     return rest[:end].strip()
 
 
@@ -217,7 +244,7 @@ def final_answer(reply: str, number_line: bool = True, multiline: bool = False) 
     if found:
         last_box = list(BOXED_RE.finditer(text))[-1]
         line = text[text.rfind("\n", 0, last_box.start()) + 1:]
-        return FinalAnswer("boxed", line, "", tuple(plain(b) for b in found))
+        return FinalAnswer("boxed", line, "", tuple(plain(b) for b in found[-MAX_BOXES:]))
     return FinalAnswer("text", text, "", (text,))
 
 

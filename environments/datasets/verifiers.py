@@ -145,7 +145,6 @@ def resolve_options(kind: VerifierKind, options: Mapping[str, Any] | None) -> di
 FinalAnswer = answers.FinalAnswer
 final_answer = answers.final_answer
 last_boxed = answers.last_boxed
-_braced = answers.braced
 _clean = answers.clean
 _BOXED_RE = answers.BOXED_RE
 _LATEX_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|(?<![\\\d])\$([^$\n]+?)(?<!\\)\$|\\\((.+?)\\\)", re.DOTALL)
@@ -272,15 +271,18 @@ def _prepare(text: str) -> str:
     """LaTeX that Math-Verify misreads, rewritten: \\fbox as \\boxed, \\mathrm{e}
     as e (it drops \\mathrm{e} as a unit, reading 1-1/\\mathrm{e} as 1), and
     unit words after a boxed value dropped (\\boxed{18 eggs} is 18)."""
+    # Runs of white space as one: Math-Verify's normalisation is quadratic in a
+    # run's length (5,000 spaces took 29 s).
+    text = re.sub(r"[^\S\n]+", " ", text)
+    text = re.sub(r" ?\n\s*", "\n", text)
     text = _BOXED_RE.sub(r"\\boxed{", text)
     text = re.sub(r"\\math(?:rm|it)\s*\{\s*e\s*\}", "e", text)
     out, i = [], 0
-    for box in _BOXED_RE.finditer(text):
-        content = _braced(text, box.end())
-        if content is None or box.start() < i:
-            continue
-        out.append(text[i:box.end()] + _strip_unit_words(content.strip()) + "}")
-        i = box.end() + len(content) + 1
+    for start, content_start, content_end in answers.box_spans(text):
+        if start < i:
+            continue  # inside a box already rewritten
+        out.append(text[i:content_start] + _strip_unit_words(text[content_start:content_end].strip()) + "}")
+        i = content_end + 1
     text = "".join(out) + text[i:]
     return re.sub(r"(?<![\\\d$])\$([^$\n]+?)(?<!\\)\$", lambda m: f"${_strip_unit_words(m.group(1).strip())}$", text)
 
@@ -367,12 +369,20 @@ def _math_value(found: FinalAnswer) -> tuple[Any | None, str]:
     text = _prepare(found.text)
     if found.source == "statement" and not _BOXED_RE.search(text):
         text = text[:MAX_STATEMENT_CHARS]  # Math-Verify's anchored patterns look 100 characters on
+    elif found.source == "text" and len(text) > MAX_STATEMENT_CHARS:
+        # No final answer marked: its last value, read from the reply's end
+        # (from a word boundary), as LaTeX parsing grows faster than linearly.
+        tail = text[-MAX_STATEMENT_CHARS:]
+        space = re.search(r"\s", tail)
+        text = tail[space.end():] if space else tail
     if _LONG_LITERAL_RE.search(text.replace(",", "")):
         return None, f"the answer has a number longer than {MAX_LITERAL_DIGITS} digits"
     if _depth(text) > MAX_DEPTH:
         return None, f"the answer nests brackets more than {MAX_DEPTH} deep"
     if found.source != "text" and _BOXED_RE.search(text):
         boxed = last_boxed(text) or ""
+        if len(boxed) > MAX_STATEMENT_CHARS:
+            return None, f"the boxed answer is longer than {MAX_STATEMENT_CHARS} characters"
         value = None if _is_prose(boxed) else _extract(text, "boxed")
         why = f"the boxed answer {_clean(last_boxed(text) or '')[:60]!r} is not a value (a number or a LaTeX expression)"
     elif found.source == "statement":

@@ -56,7 +56,9 @@ class Number:
 
 def parse_number(text: str) -> Number | None:
     """The one number `text` writes, or None. See the module doc for the forms."""
-    s = text.strip().lower().rstrip(".").strip()
+    # White space as single spaces: the pattern's neighbouring \s* would try
+    # every split of a long run (a reply of 5,000 spaces did not finish).
+    s = " ".join(text.split()).lower().rstrip(".").strip()
     m = _NUMBER_RE.fullmatch(s)
     if m is None or bool(m["open"]) != bool(m["close"]):
         return None
