@@ -1,6 +1,6 @@
 """Graders against replies built to be slow or to slip through: every in-process
-domain grades each hostile reply, timed, and none may pass, time out or come
-back as an infrastructure error.
+domain grades each hostile reply, timed, and none may time out, come back as
+an infrastructure error, or pass without a digit in it.
 
     python benchmarks/hostile_replies.py                       # every in-process single-turn domain
     python benchmarks/hostile_replies.py --per_family=1        # one domain of each family
@@ -20,8 +20,11 @@ lets an answer be (``max_instruct_answer_chars``, else ``max_answer_chars``).
 Graded with no deadline, on the domain's own ``grade`` through `TaskEnv.step`
 (the path the trainer takes), in this process: a hang shows as a hang. Prints
 per family the domains, grades, slowest grade and its reply, and every
-failure; exits 1 if any grade took longer than ``--max_s`` seconds, passed,
-or came back as an infrastructure error.
+failure; exits 1 if any grade took longer than ``--max_s`` seconds, came back
+as an infrastructure error, or passed with no digit in the reply. A reply
+with digits may hold the task's own answer ("boxes in boxes" is
+\\boxed{\\boxed{...1...}}, right where the answer is 1): its passes are counted
+in the verdicts column, not failed.
 """
 
 from __future__ import annotations
@@ -102,8 +105,8 @@ def grade_all(specs, max_s: float, progress=None) -> tuple[list[dict], list[str]
         what = f"{spec.id} on {name!r} ({len(reply)} chars)"
         if row["seconds"] > max_s:
           failures.append(f"{what}: {row['seconds']:.2f} s (bound {max_s:g} s)")
-        if info["success"]:
-          failures.append(f"{what}: passed")
+        if info["success"] and not any(c.isdigit() for c in reply):
+          failures.append(f"{what}: passed")  # a reply with no digit holds no task's value
         if row["infra_error"]:
           failures.append(f"{what}: an infrastructure error ({info['feedback'][:120]!r}), masked")
         if progress is not None and len(failures) > seen:
