@@ -29,7 +29,7 @@ its held-out tasks unchanged (without an earlier file it starts one).
 ``--max-runs=N`` stops after N groups, with exit status 3 while domains are
 pending: a loop of fresh processes keeps a large model's memory down:
 
-    while python benchmarks/rl_signal.py --model=gemma3-270m --batch=16 --max-runs=2 \
+    while python benchmarks/rl_signal.py --model=gemma3-270m --batch=64 --max-runs=2 \
         --resume --out=runs/signal/gemma_base.json; [ $? = 3 ]; do :; done
 """
 
