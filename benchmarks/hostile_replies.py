@@ -68,17 +68,19 @@ def hostile_replies(n: int) -> dict[str, str]:
   return {name: text for name, text in out.items() if text.strip()}
 
 
-def _domains(args) -> list:
+def domain_specs(domains: str = "", per_family: int = 0) -> list:
+  """The specs of ``domains`` (ids, comma-separated), else of every in-process
+  single-turn domain, at most ``per_family`` of each family (0: all)."""
   import environments  # noqa: F401  (registers every domain)
   from environments import registry
-  if args.domains:
-    return [registry.get(d) for d in args.domains.split(",")]
+  if domains:
+    return [registry.get(d) for d in domains.split(",")]
   specs = [s for s in registry.list_domains() if "sandbox" not in s.tags and s.max_turns is None]
-  if args.per_family:
+  if per_family:
     by_family = collections.defaultdict(list)
     for s in specs:
       by_family[s.family].append(s)
-    specs = [s for ss in by_family.values() for s in ss[:args.per_family]]
+    specs = [s for ss in by_family.values() for s in ss[:per_family]]
   return specs
 
 
@@ -88,7 +90,12 @@ def grade_all(specs, max_s: float, progress=None) -> tuple[list[dict], list[str]
   domain's end, so a grade that never returns still leaves what came before."""
   from environments import TaskEnv
   rows, failures = [], []
-  seen = 0
+
+  def fail(line: str):
+    failures.append(line)
+    if progress is not None:
+      progress(f"FAIL {line}")
+
   for spec in specs:
     style = "instruct" if spec.max_instruct_answer_chars else "bare"
     limit = spec.max_instruct_answer_chars or spec.max_answer_chars
@@ -104,15 +111,11 @@ def grade_all(specs, max_s: float, progress=None) -> tuple[list[dict], list[str]
         rows.append(row)
         what = f"{spec.id} on {name!r} ({len(reply)} chars)"
         if row["seconds"] > max_s:
-          failures.append(f"{what}: {row['seconds']:.2f} s (bound {max_s:g} s)")
+          fail(f"{what}: {row['seconds']:.2f} s (bound {max_s:g} s)")
         if info["success"] and not any(c.isdigit() for c in reply):
-          failures.append(f"{what}: passed")  # a reply with no digit holds no task's value
+          fail(f"{what}: passed")  # a reply with no digit holds no task's value
         if row["infra_error"]:
-          failures.append(f"{what}: an infrastructure error ({info['feedback'][:120]!r}), masked")
-        if progress is not None and len(failures) > seen:
-          for f in failures[seen:]:
-            progress(f"FAIL {f}")
-          seen = len(failures)
+          fail(f"{what}: an infrastructure error ({info['feedback'][:120]!r}), masked")
     finally:
       env.close()
     if progress is not None:
@@ -142,7 +145,7 @@ def main(argv=None) -> int:
   parser.add_argument("--per_family", type=int, default=0, help="at most this many domains a family (0: all)")
   parser.add_argument("--max_s", type=float, default=2.0, help="the longest a grade may take, in seconds")
   args = parser.parse_args(argv)
-  specs = _domains(args)
+  specs = domain_specs(args.domains, args.per_family)
   print(f"# {len(specs)} domains x {len(hostile_replies(1000))} reply shapes, {os.cpu_count()} cores", flush=True)
   start = time.perf_counter()
   rows, failures = grade_all(specs, args.max_s, progress=lambda line: print(line, flush=True))

@@ -73,10 +73,10 @@ _ALTERNATIVE_RE = re.compile(r"(?<!\s)\s+(?:and/)?or\s+", re.IGNORECASE)
 MAX_JSON_SCANS = 64  # opening brackets tried when a reply holds JSON inside prose
 _JSON_START_RE = re.compile(r"[{\[]")
 _BRACE_RE = re.compile(r"[{}]")
-# Boxes of one reply that become answer candidates: the last ones. A reply of
-# more boxes than this offers several answers unless they agree, and each
-# candidate is read on its own (`plain`), so hundreds of nested boxes would
-# cost their count times the reply's length.
+# Distinct boxes of one reply that become answer candidates: the last ones.
+# Each candidate is read on its own (`plain`), so hundreds of nested boxes would
+# cost their count times the reply's length; a box repeated is one candidate,
+# so repeating the last answer cannot push an earlier, different one out.
 MAX_BOXES = 32
 
 
@@ -244,7 +244,8 @@ def final_answer(reply: str, number_line: bool = True, multiline: bool = False) 
     if found:
         last_box = list(BOXED_RE.finditer(text))[-1]
         line = text[text.rfind("\n", 0, last_box.start()) + 1:]
-        return FinalAnswer("boxed", line, "", tuple(plain(b) for b in found[-MAX_BOXES:]))
+        distinct = list(dict.fromkeys(found))
+        return FinalAnswer("boxed", line, "", tuple(plain(b) for b in distinct[-MAX_BOXES:]))
     return FinalAnswer("text", text, "", (text,))
 
 

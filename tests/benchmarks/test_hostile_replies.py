@@ -25,7 +25,7 @@ def test_one_domain_of_each_family_grades_every_hostile_reply():
   # A child process: a grader that spins in C holds the GIL, so only a
   # process boundary turns a regression into a failure instead of a hang.
   code = ("import json, sys; sys.path.insert(0, 'benchmarks'); import hostile_replies as h; "
-          "rows, failures = h.grade_all(h._domains(h.argparse.Namespace(domains='', per_family=1)), 5.0); "
+          "rows, failures = h.grade_all(h.domain_specs(per_family=1), 5.0); "
           "print(json.dumps({'rows': len(rows), 'families': sorted({r['family'] for r in rows}), "
           "'failures': failures}))")
   done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -122,6 +122,14 @@ def test_unit_word_stripping_is_not_exponential(reply):
   assert done.stdout.strip() in {"FAIL", "MALFORMED"}
 
 
+def test_repeating_the_last_box_does_not_hide_an_earlier_different_one():
+  """Only the last distinct boxes are read (answers.MAX_BOXES), and a repeated
+  box counts once, so 40 copies of one answer after another are still two."""
+  assert _verdict("\\boxed{12} " + "\\boxed{7} " * 40, "12") == "MALFORMED"
+  assert _verdict("\\boxed{7} " * 40 + "\\boxed{12}", "12") == "MALFORMED"
+  assert _verdict("\\boxed{12} " * 40, "12") == "PASS"
+
+
 def test_grading_works_in_worker_threads():
     cases = [(r"\boxed{\frac{3}{4}}", r"\frac{3}{4}", "PASS"), ("The answer is (1, 2).", "(1, 2)", "PASS"),
              ("#### 18", "19", "FAIL"), ("9**9**9", "12", "MALFORMED")] * 8
